@@ -1,0 +1,1 @@
+"""Running candidates inside a worker: flat weights -> batched policy -> episodes."""

@@ -1,0 +1,293 @@
+"""Evaluating candidates in a worker: flat weights -> batched policy -> episodes on every sub-environment."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, NamedTuple
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import VectorEnv as GymVectorEnv
+from stable_baselines3.common.policies import BasePolicy
+from stable_baselines3.common.running_mean_std import RunningMeanStd
+from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecNormalize, unwrap_vec_normalize
+
+from lit_sb3.evaluation.normalization import ObservationNormalizer
+from lit_sb3.evaluation.policy_kernels import make_batched_policy
+from lit_sb3.evaluation.seeding import episode_seed
+from lit_sb3.evaluation.slot_envs import SlotFailure, make_slot_env
+from lit_sb3.workers.app import TaskError, WorkerApp
+from lit_sb3.workers.shared_array import OpenedArrays, SharedArrayHandle
+
+#: Steps the loop runs before it lets the worker look for new messages (cancel, close).
+STEPS_BETWEEN_POLLS = 256
+
+EnvFactory = Callable[[], VecEnv | GymVectorEnv | gym.Env]
+
+
+@dataclass(frozen=True)
+class RoundSpec:
+    """
+    What every task of one round shares.
+
+    :param serial: Unique number of the round in the evaluator's life.
+    :param population: The candidate weight matrix, one row per candidate (in shared memory, or the array itself
+        when evaluating in-process).
+    :param round_index: Index of the round since the last seeding.
+    :param base_seed: Seed the episode seeds derive from.
+    :param options: Reset options of every episode, for all workers (a dict) or per worker (a list).
+    """
+
+    serial: int
+    population: SharedArrayHandle | np.ndarray
+    round_index: int
+    base_seed: int
+    options: dict[str, Any] | list[dict[str, Any]] | None
+
+
+class _Episode(NamedTuple):
+    request_id: int
+    candidate: int
+    episode: int
+    seed: int
+
+
+@dataclass
+class _Request:
+    first_candidate: int
+    episode_returns: np.ndarray
+    episode_lengths: np.ndarray
+    remaining: int
+    started_at: dict[int, float] = field(default_factory=dict)
+
+
+def make_vec_env_from(env: VecEnv | GymVectorEnv | gym.Env) -> VecEnv | GymVectorEnv:
+    """
+    :param env: What an ``envs_fn`` entry returned.
+    :return: A vectorised environment (a single gymnasium env is wrapped in a ``DummyVecEnv``).
+    """
+    if isinstance(env, VecEnv | GymVectorEnv):
+        return env
+    if isinstance(env, gym.Env):
+        return DummyVecEnv([lambda: env])
+    raise TypeError(
+        f"envs_fn must return a Stable-Baselines3 VecEnv, a gymnasium VectorEnv or a gymnasium Env, got {type(env)!r}"
+    )
+
+
+def _single_spaces(env: VecEnv | GymVectorEnv) -> tuple[gym.Space, gym.Space]:
+    if isinstance(env, VecEnv):
+        return env.observation_space, env.action_space
+    return env.single_observation_space, env.single_action_space
+
+
+class CandidateEvaluator(WorkerApp):
+    """
+    Runs ``n_eval_episodes`` episodes per candidate, one candidate per sub-environment at a time, all actions of a
+    step in one batched call. Episode ``e`` of candidate ``c`` in round ``g`` is reset with a seed derived from
+    ``(base_seed, g, c, e)`` only, so results do not depend on which worker or slot ran it.
+
+    :param env_fn: Builds the worker's vectorised environment.
+    :param policy: The policy whose flat weight vectors the candidates are.
+    :param n_eval_episodes: Episodes per candidate.
+    :param worker_index: Index of the worker (picks its entry of per-worker reset options).
+    """
+
+    control_methods: ClassVar[frozenset[str]] = frozenset({"get_obs_rms", "sync_obs_rms"})
+    task_methods: ClassVar[frozenset[str]] = frozenset({"evaluate"})
+
+    def __init__(self, env_fn: EnvFactory, policy: BasePolicy, n_eval_episodes: int, worker_index: int = 0) -> None:
+        super().__init__()
+        env = make_vec_env_from(env_fn())
+        self.env = env
+        observation_space, action_space = _single_spaces(env)
+        if observation_space != policy.observation_space or action_space != policy.action_space:
+            raise ValueError(
+                f"the environment's spaces (observation {observation_space}, action {action_space}) differ from the "
+                f"policy's (observation {policy.observation_space}, action {policy.action_space})"
+            )
+        self.vec_normalize = unwrap_vec_normalize(env) if isinstance(env, VecEnv) else None
+        self.normalizer: ObservationNormalizer | None = None
+        if isinstance(env, VecNormalize) and isinstance(observation_space, gym.spaces.Box):
+            # Outermost VecNormalize on Box observations: normalise here, with statistics frozen per round.
+            self.normalizer = ObservationNormalizer(env)
+            self.slots = make_slot_env(env.venv)
+        else:
+            self.slots = make_slot_env(env, self.vec_normalize)
+        self.policy = make_batched_policy(policy, self.slots.n_slots)
+        self.n_eval_episodes = n_eval_episodes
+        self.worker_index = worker_index
+        self._arrays = OpenedArrays()
+        self._round: RoundSpec | None = None
+        self._population: np.ndarray | None = None
+        self._options: dict[str, Any] | None = None
+        self._queue: deque[_Episode] = deque()
+        self._requests: dict[int, _Request] = {}
+        n_slots = self.slots.n_slots
+        self._slot_episode: list[_Episode | None] = [None] * n_slots
+        self._slot_loaded: list[tuple[int, int] | None] = [None] * n_slots
+        self._returns = [0.0] * n_slots
+        self._lengths = [0] * n_slots
+        self._running: list[int] = []
+
+    @property
+    def slot_count(self) -> int:
+        return self.slots.n_slots
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "n_slots": self.slots.n_slots,
+            "obs_rms": self.get_obs_rms(),
+            "policy_kernel": type(self.policy).__name__,
+            "slot_env": type(self.slots).__name__,
+        }
+
+    # ---------------------------------------------------------------------------------------- control methods
+
+    def get_obs_rms(self) -> RunningMeanStd | dict[str, RunningMeanStd] | None:
+        """:return: The full observation statistics of the worker's ``VecNormalize``, if any."""
+        if self.normalizer is not None:
+            self.normalizer.flush()
+        return None if self.vec_normalize is None else self.vec_normalize.obs_rms
+
+    def sync_obs_rms(self, obs_rms: RunningMeanStd | dict[str, RunningMeanStd]) -> None:
+        """
+        :param obs_rms: Statistics replacing the worker's (used for normalisation from the next round on).
+        """
+        if self.vec_normalize is None:
+            raise ValueError("sync_obs_rms: the worker's environment has no VecNormalize")
+        self.get_obs_rms()  # what was collected before the sync belongs to the old statistics
+        self.vec_normalize.obs_rms = obs_rms
+
+    # ---------------------------------------------------------------------------------------------- tasks
+
+    def submit(self, request_id: int, method: str, args: tuple[Any, ...]) -> None:
+        spec, first, stop = args
+        if self._round is None or spec.serial != self._round.serial:
+            self._round = spec
+            population = spec.population
+            self._population = population if isinstance(population, np.ndarray) else self._arrays.get(population)
+            self._options = spec.options[self.worker_index] if isinstance(spec.options, list) else spec.options
+            if self.normalizer is not None:
+                self.normalizer.freeze()
+        n_candidates, n_episodes = stop - first, self.n_eval_episodes
+        self._requests[request_id] = _Request(
+            first,
+            np.zeros((n_candidates, n_episodes), np.float64),
+            np.zeros((n_candidates, n_episodes), np.int64),
+            n_candidates * n_episodes,
+        )
+        for candidate in range(first, stop):
+            for episode in range(n_episodes):
+                seed = episode_seed(spec.base_seed, spec.round_index, candidate, episode)
+                self._queue.append(_Episode(request_id, candidate, episode, seed))
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._requests)
+
+    def advance(self) -> list[tuple[int, Any]]:
+        finished: list[tuple[int, Any]] = []
+        slots, policy, normalizer = self.slots, self.policy, self.normalizer
+        returns, lengths = self._returns, self._lengths
+        for _ in range(STEPS_BETWEEN_POLLS):
+            if self._queue:
+                self._fill()
+            running = self._running
+            if not running:
+                break
+            try:
+                observations = slots.observations
+                if normalizer is not None:
+                    observations = normalizer.normalize(observations, running)
+                actions = policy.act(observations, running)
+                rewards, ended = slots.step(actions, running)
+            except SlotFailure as failure:
+                raise self._task_error(failure.slot) from failure.__cause__
+            except Exception as exc:
+                raise self._task_error(running[0]) from exc
+            for slot, reward in zip(running, rewards, strict=True):
+                returns[slot] += reward
+                lengths[slot] += 1
+            if ended:
+                for slot in ended:
+                    self._finish(slot, finished)
+                self._running = [slot for slot in running if self._slot_episode[slot] is not None]
+                if finished or not self._queue:
+                    break
+        return finished
+
+    def cancel(self, request_ids: tuple[int, ...] | None = None) -> list[int]:
+        dropped = list(self._requests) if request_ids is None else [rid for rid in request_ids if rid in self._requests]
+        dropped_set = set(dropped)
+        self._queue = deque(episode for episode in self._queue if episode.request_id not in dropped_set)
+        stopped = []
+        for slot, episode in enumerate(self._slot_episode):
+            if episode is not None and episode.request_id in dropped_set:
+                self._slot_episode[slot] = None
+                self.mark_idle(slot)
+                stopped.append(slot)
+        self.slots.stop(stopped)
+        self._running = [slot for slot in self._running if self._slot_episode[slot] is not None]
+        for request_id in dropped:
+            del self._requests[request_id]
+        return dropped
+
+    def close(self) -> None:
+        self.env.close()
+
+    # ------------------------------------------------------------------------------------------ internals
+
+    def _fill(self) -> None:
+        free = self.slots.free_slots()
+        if not free:
+            return
+        assert self._round is not None and self._population is not None
+        seeds: dict[int, int | None] = {}
+        now = time.monotonic()
+        for slot in free:
+            if not self._queue:
+                break
+            episode = self._queue.popleft()
+            self._slot_episode[slot] = episode
+            loaded = (self._round.serial, episode.candidate)
+            if self._slot_loaded[slot] != loaded:
+                self.policy.load(slot, self._population[episode.candidate])
+                self._slot_loaded[slot] = loaded
+            self._returns[slot] = 0.0
+            self._lengths[slot] = 0
+            seeds[slot] = episode.seed
+            started_at = self._requests[episode.request_id].started_at.setdefault(episode.candidate, now)
+            self.mark_started(slot, episode.candidate, episode.request_id, started_at)
+        try:
+            self.slots.start(seeds, self._options)
+        except SlotFailure as failure:
+            raise self._task_error(failure.slot if failure.slot is not None else min(seeds)) from failure.__cause__
+        self._running = sorted([*self._running, *seeds])
+
+    def _finish(self, slot: int, finished: list[tuple[int, Any]]) -> None:
+        episode = self._slot_episode[slot]
+        assert episode is not None
+        self._slot_episode[slot] = None
+        self.mark_idle(slot)
+        request = self._requests[episode.request_id]
+        row = episode.candidate - request.first_candidate
+        request.episode_returns[row, episode.episode] = self._returns[slot]
+        request.episode_lengths[row, episode.episode] = self._lengths[slot]
+        request.remaining -= 1
+        if request.remaining == 0:
+            del self._requests[episode.request_id]
+            finished.append(
+                (episode.request_id, (request.first_candidate, request.episode_returns, request.episode_lengths))
+            )
+
+    def _task_error(self, slot: int | None) -> TaskError:
+        episode = self._slot_episode[slot] if slot is not None else None
+        if episode is None:
+            episode = next((ep for ep in self._slot_episode if ep is not None), None)
+        if episode is None:
+            return TaskError(next(iter(self._requests)), None)
+        return TaskError(episode.request_id, episode.candidate)

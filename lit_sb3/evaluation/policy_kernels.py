@@ -1,0 +1,260 @@
+"""Batched action computation: one candidate's weights per slot, all slots' actions in one call.
+
+Known Stable-Baselines3 policy shapes (ARS linear/MLP policies, ``ActorCriticPolicy``, TD3 and SAC actors with MLP
+extractors, on flat Box observations and Box or Discrete actions) run as float32 numpy maths on weights sliced once
+per candidate from the flat parameter vector. Anything else runs through copies of the torch policy.
+
+The numpy path is batch-invariant: a slot's actions depend only on its own weights and observation, whatever the
+other slots hold, because each slot's matrix product is a separate BLAS call of the same shape.
+"""
+
+from __future__ import annotations
+
+import copy
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch as th
+from gymnasium import spaces
+from stable_baselines3.common.distributions import CategoricalDistribution, DiagGaussianDistribution
+from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
+from stable_baselines3.common.torch_layers import FlattenExtractor
+from stable_baselines3.sac.policies import Actor as SACActor
+from stable_baselines3.sac.policies import SACPolicy
+from stable_baselines3.td3.policies import Actor as TD3Actor
+from stable_baselines3.td3.policies import TD3Policy
+from torch import nn
+
+_ACTIVATIONS = {nn.ReLU: "relu", nn.Tanh: "tanh"}
+
+
+@dataclass(frozen=True)
+class DenseLayer:
+    """
+    A linear layer inside the flat parameter vector, followed by an optional activation.
+
+    :param weight_offset: Offset of the ``(out_features, in_features)`` weight in the flat vector.
+    :param out_features: Output size.
+    :param in_features: Input size.
+    :param bias_offset: Offset of the bias, if any.
+    :param activation: ``"relu"``, ``"tanh"`` or None.
+    """
+
+    weight_offset: int
+    out_features: int
+    in_features: int
+    bias_offset: int | None
+    activation: str | None
+
+
+@dataclass(frozen=True)
+class MlpLayout:
+    """
+    The part of a policy that maps a flat observation to a deterministic action.
+
+    :param layers: Dense layers, in order.
+    :param output: How the last layer's output becomes an action: ``"argmax"``, ``"clip"`` (to the action bounds),
+        ``"unscale"`` (from [-1, 1] to the bounds) or ``"tanh_unscale"`` (tanh, then unscale).
+    :param action_space: The policy's action space.
+    """
+
+    layers: tuple[DenseLayer, ...]
+    output: str
+    action_space: spaces.Space
+
+
+class BatchedPolicy(ABC):
+    """
+    Computes the actions of ``n_slots`` candidates at once, one observation per slot.
+
+    :param n_slots: Number of slots.
+    """
+
+    def __init__(self, n_slots: int) -> None:
+        self.n_slots = n_slots
+
+    @abstractmethod
+    def load(self, slot: int, weights: np.ndarray) -> None:
+        """
+        Give ``slot`` a candidate's flat weight vector.
+
+        :param slot: The slot.
+        :param weights: Flat parameter vector, as ``parameters_to_vector(policy.parameters())``.
+        """
+
+    @abstractmethod
+    def act(self, observations: Any, slots: list[int]) -> np.ndarray:
+        """
+        :param observations: One observation per slot (array with a leading slot axis, or a list).
+        :param slots: The slots whose actions are needed; others may hold anything.
+        :return: Deterministic actions, one per slot, as ``policy.predict(obs, deterministic=True)`` gives them.
+        """
+
+
+class NumpyMlpPolicy(BatchedPolicy):
+    """
+    Float32 numpy evaluation of an :class:`MlpLayout`.
+
+    :param layout: The policy's layout.
+    :param n_slots: Number of slots.
+    """
+
+    def __init__(self, layout: MlpLayout, n_slots: int) -> None:
+        super().__init__(n_slots)
+        self.layout = layout
+        self._weights = [np.zeros((n_slots, layer.out_features, layer.in_features), np.float32) for layer in layout.layers]
+        self._biases = [
+            np.zeros((n_slots, layer.out_features), np.float32) if layer.bias_offset is not None else None
+            for layer in layout.layers
+        ]
+        self._in_features = layout.layers[0].in_features
+        space = layout.action_space
+        if isinstance(space, spaces.Box):
+            self._low = space.low.reshape(-1).astype(np.float32)
+            self._high = space.high.reshape(-1).astype(np.float32)
+            self._action_shape: tuple[int, ...] = space.shape
+
+    def load(self, slot: int, weights: np.ndarray) -> None:
+        for layer, weight, bias in zip(self.layout.layers, self._weights, self._biases, strict=True):
+            size = layer.out_features * layer.in_features
+            weight[slot] = weights[layer.weight_offset : layer.weight_offset + size].reshape(weight.shape[1:])
+            if bias is not None and layer.bias_offset is not None:
+                bias[slot] = weights[layer.bias_offset : layer.bias_offset + layer.out_features]
+
+    def act(self, observations: Any, slots: list[int]) -> np.ndarray:
+        hidden = np.asarray(observations, dtype=np.float32).reshape(self.n_slots, self._in_features)
+        for layer, weight, bias in zip(self.layout.layers, self._weights, self._biases, strict=True):
+            hidden = np.matmul(weight, hidden[:, :, None])[:, :, 0]
+            if bias is not None:
+                hidden += bias
+            if layer.activation == "relu":
+                np.maximum(hidden, 0.0, out=hidden)
+            elif layer.activation == "tanh":
+                np.tanh(hidden, out=hidden)
+        output = self.layout.output
+        if output == "argmax":
+            return np.argmax(hidden, axis=1)
+        if output == "clip":
+            actions = np.clip(hidden, self._low, self._high)
+        else:
+            if output == "tanh_unscale":
+                np.tanh(hidden, out=hidden)
+            actions = self._low + (np.float32(0.5) * (hidden + np.float32(1.0)) * (self._high - self._low))
+        return actions.reshape(self.n_slots, *self._action_shape)
+
+
+class TorchPolicyCopies(BatchedPolicy):
+    """
+    One copy of the torch policy per slot, each queried with ``predict``: slow, but right for any policy.
+
+    :param policy: The policy to copy.
+    :param n_slots: Number of slots.
+    """
+
+    def __init__(self, policy: BasePolicy, n_slots: int) -> None:
+        super().__init__(n_slots)
+        self._copies = [copy.deepcopy(policy) for _ in range(n_slots)]
+        for policy_copy in self._copies:
+            policy_copy.set_training_mode(False)
+        space = policy.action_space
+        self._actions = np.zeros((n_slots, *space.shape), dtype=space.dtype)
+
+    def load(self, slot: int, weights: np.ndarray) -> None:
+        self._copies[slot].load_from_vector(weights)
+
+    def act(self, observations: Any, slots: list[int]) -> np.ndarray:
+        with th.no_grad():
+            for slot in slots:
+                action, _ = self._copies[slot].predict(observations[slot], deterministic=True)
+                self._actions[slot] = action
+        return self._actions
+
+
+def make_batched_policy(policy: BasePolicy, n_slots: int) -> BatchedPolicy:
+    """
+    The fastest exact way to run ``policy`` on ``n_slots`` candidates at once.
+
+    :param policy: The policy whose flat weight vectors will be loaded.
+    :param n_slots: Number of slots.
+    :return: A numpy kernel for known MLP shapes, else torch copies of the policy.
+    """
+    layout = mlp_layout(policy)
+    if layout is None:
+        return TorchPolicyCopies(policy, n_slots)
+    return NumpyMlpPolicy(layout, n_slots)
+
+
+def mlp_layout(policy: BasePolicy) -> MlpLayout | None:
+    """
+    Recognise the policies the numpy kernel handles.
+
+    :param policy: A Stable-Baselines3 policy.
+    :return: Its layout, or None if it is not a known MLP shape.
+    """
+    observation_space, action_space = policy.observation_space, policy.action_space
+    if not isinstance(observation_space, spaces.Box) or not isinstance(action_space, spaces.Box | spaces.Discrete):
+        return None
+    offsets = _parameter_offsets(policy)
+    is_box = isinstance(action_space, spaces.Box)
+    modules: list[nn.Module] = []
+    output: str
+    if _is_ars_policy(policy):
+        modules = [policy.features_extractor, *policy.action_net]
+        output = "argmax" if not is_box else ("unscale" if policy.squash_output else "clip")
+    elif type(policy) is ActorCriticPolicy:
+        if isinstance(policy.action_dist, DiagGaussianDistribution) and is_box and not policy.squash_output:
+            output = "clip"
+        elif isinstance(policy.action_dist, CategoricalDistribution):
+            output = "argmax"
+        else:
+            return None
+        modules = [policy.pi_features_extractor, *policy.mlp_extractor.policy_net, policy.action_net]
+    elif type(policy) is TD3Policy and type(policy.actor) is TD3Actor:
+        modules = [policy.actor.features_extractor, *policy.actor.mu]
+        output = "unscale"
+    elif type(policy) is SACPolicy and type(policy.actor) is SACActor and not policy.actor.use_sde:
+        modules = [policy.actor.features_extractor, *policy.actor.latent_pi, policy.actor.mu]
+        output = "tanh_unscale"
+    else:
+        return None
+    if not isinstance(modules[0], FlattenExtractor):
+        return None
+    layers = _dense_layers(modules[1:], offsets)
+    if not layers or layers[0].in_features != int(np.prod(observation_space.shape)):
+        return None
+    return MlpLayout(tuple(layers), output, action_space)
+
+
+def _is_ars_policy(policy: BasePolicy) -> bool:
+    # sb3-contrib is optional: recognise its ARS policy by name.
+    return any(cls.__module__ == "sb3_contrib.ars.policies" and cls.__name__ == "ARSPolicy" for cls in type(policy).__mro__)
+
+
+def _parameter_offsets(policy: BasePolicy) -> dict[int, int]:
+    offsets: dict[int, int] = {}
+    position = 0
+    for parameter in policy.parameters():
+        offsets[id(parameter)] = position
+        position += parameter.numel()
+    return offsets
+
+
+def _dense_layers(modules: list[nn.Module], offsets: dict[int, int]) -> list[DenseLayer] | None:
+    layers: list[DenseLayer] = []
+    for module in modules:
+        if isinstance(module, nn.Linear):
+            bias = None if module.bias is None else offsets[id(module.bias)]
+            layers.append(DenseLayer(offsets[id(module.weight)], module.out_features, module.in_features, bias, None))
+        elif type(module) in _ACTIVATIONS and layers and layers[-1].activation is None:
+            layers[-1] = DenseLayer(
+                layers[-1].weight_offset,
+                layers[-1].out_features,
+                layers[-1].in_features,
+                layers[-1].bias_offset,
+                _ACTIVATIONS[type(module)],
+            )
+        elif not isinstance(module, nn.Identity):
+            return None
+    return layers

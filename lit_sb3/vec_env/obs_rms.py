@@ -1,0 +1,72 @@
+"""Merging observation statistics from workers without counting the shared part twice.
+
+After a sync, every worker starts from the same statistics S. A worker's statistics later are S combined with what
+it saw since. Combining running statistics can be undone exactly (counts, means and second moments), so each
+worker's new data is ``worker - S``, and the merged statistics are ``S + sum_i (worker_i - S)``: every observation
+counted once. (Combining whole worker statistics and subtracting a count, as sb3-contrib's ARS does, keeps S's mean
+and variance weighted ``n_workers`` times.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+import numpy as np
+from stable_baselines3.common.running_mean_std import RunningMeanStd
+
+ObsRms = TypeVar("ObsRms", RunningMeanStd, dict[str, RunningMeanStd])
+
+
+def subtract_running_mean_std(total: RunningMeanStd, part: RunningMeanStd) -> RunningMeanStd:
+    """
+    Statistics of the data in ``total`` that is not in ``part``, where ``total`` was built by combining ``part``
+    with more data: the exact inverse of ``RunningMeanStd.combine``.
+
+    :param total: Statistics of all the data.
+    :param part: Statistics of a subset that ``total`` includes.
+    :return: Statistics of the rest (count 0, mean 0, variance 0 when there is none).
+    """
+    count = float(total.count) - float(part.count)
+    rest = RunningMeanStd(shape=total.mean.shape)
+    if count <= 0.0:
+        rest.count, rest.mean, rest.var = 0.0, np.zeros_like(total.mean), np.zeros_like(total.var)
+        return rest
+    mean = (total.count * total.mean - part.count * part.mean) / count
+    delta = mean - part.mean
+    second_moment = total.var * total.count - part.var * part.count - np.square(delta) * part.count * count / total.count
+    rest.count, rest.mean, rest.var = count, mean, np.maximum(second_moment, 0.0) / count
+    return rest
+
+
+def merge_obs_rms(base: ObsRms, worker_obs_rms: Sequence[ObsRms], synced_obs_rms: Sequence[ObsRms]) -> ObsRms:
+    """
+    Add to ``base`` what each worker saw since its statistics were last synced.
+
+    :param base: Statistics to extend, usually the ones last synced to the workers.
+    :param worker_obs_rms: Each worker's full statistics (``AsyncEval.get_obs_rms()``).
+    :param synced_obs_rms: Each worker's statistics right after its last sync (or at its start).
+    :return: New merged statistics (``base`` is not modified). Dict statistics are merged key by key.
+    """
+    if isinstance(base, dict):
+        return {
+            key: merge_obs_rms(base[key], [rms[key] for rms in worker_obs_rms], [rms[key] for rms in synced_obs_rms])
+            for key in base
+        }
+    merged = base.copy()
+    for worker, synced in zip(worker_obs_rms, synced_obs_rms, strict=True):
+        new_data = subtract_running_mean_std(worker, synced)
+        if new_data.count > 0.0:
+            merged.combine(new_data)
+    return merged
+
+
+def copy_obs_rms(obs_rms: ObsRms) -> ObsRms:
+    """
+    :param obs_rms: Statistics, or a dict of them.
+    :return: A deep copy.
+    """
+    copy: Callable[[RunningMeanStd], RunningMeanStd] = RunningMeanStd.copy
+    if isinstance(obs_rms, dict):
+        return {key: copy(value) for key, value in obs_rms.items()}
+    return copy(obs_rms)

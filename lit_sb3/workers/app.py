@@ -1,0 +1,122 @@
+"""What runs inside a worker: the :class:`WorkerApp` interface the worker loop drives."""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+import numpy as np
+
+from lit_sb3.workers.shared_array import SharedArrayHandle
+
+#: Columns of a progress board row: the unit running on the slot (-1 when idle), when it started, its request.
+PROGRESS_COLUMNS = 3
+
+
+class TaskError(Exception):
+    """
+    Raised by :meth:`WorkerApp.advance` when a task fails; chain the original exception (``raise ... from exc``).
+
+    :param request_id: The task request that failed.
+    :param unit_index: The unit (candidate, episode...) that was running, if known.
+    """
+
+    def __init__(self, request_id: int, unit_index: int | None) -> None:
+        super().__init__(f"task {request_id} failed on unit {unit_index}")
+        self.request_id = request_id
+        self.unit_index = unit_index
+
+
+class WorkerApp(ABC):
+    """
+    The object a worker process builds and serves.
+
+    Control methods (listed in ``control_methods``) are called by name and answered at once. Task methods (listed in
+    ``task_methods``) are handed to :meth:`submit`; the worker keeps calling :meth:`advance` while :attr:`busy` and
+    accepts further tasks in between, so an app can start the next task while the last ones finish.
+    """
+
+    control_methods: ClassVar[frozenset[str]] = frozenset()
+    task_methods: ClassVar[frozenset[str]] = frozenset()
+
+    def __init__(self) -> None:
+        self._progress: np.ndarray | None = None
+
+    @property
+    def slot_count(self) -> int:
+        """How many units the app can run at the same time (rows of its progress board)."""
+        return 1
+
+    def describe(self) -> Any:
+        """:return: What the main process learns about the app once it is built."""
+        return None
+
+    @abstractmethod
+    def submit(self, request_id: int, method: str, args: tuple[Any, ...]) -> None:
+        """
+        Accept a task; its result is returned later by :meth:`advance`.
+
+        :param request_id: Id to answer with.
+        :param method: One of ``task_methods``.
+        :param args: Arguments of the task.
+        """
+
+    @property
+    @abstractmethod
+    def busy(self) -> bool:
+        """Whether some accepted task is not finished."""
+
+    @abstractmethod
+    def advance(self) -> list[tuple[int, Any]]:
+        """
+        Run the accepted tasks for a short while.
+
+        :return: ``(request_id, result)`` of the tasks that finished.
+        :raises TaskError: if a task failed.
+        """
+
+    @abstractmethod
+    def cancel(self, request_ids: tuple[int, ...] | None = None) -> list[int]:
+        """
+        Drop accepted tasks.
+
+        :param request_ids: The tasks to drop, or None for all of them.
+        :return: The ids of the tasks dropped.
+        """
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release the app's resources (environments...)."""
+
+    def attach_progress(self, handle: SharedArrayHandle) -> None:
+        """
+        Write unit progress to a shared board the main process reads to enforce timeouts.
+
+        :param handle: Board of shape ``(slot_count, PROGRESS_COLUMNS)``.
+        """
+        self._board_block, self._progress = handle.open()
+        self._progress[:, 0] = -1
+
+    def mark_started(self, slot: int, unit_index: int, request_id: int, started_at: float | None = None) -> None:
+        """
+        Record that ``slot`` runs ``unit_index`` (for timeouts).
+
+        :param slot: The slot.
+        :param unit_index: The unit it runs.
+        :param request_id: The task request the unit belongs to.
+        :param started_at: When the unit started (``time.monotonic()``), now by default.
+        """
+        if self._progress is not None:
+            row = self._progress[slot]
+            row[1] = time.monotonic() if started_at is None else started_at
+            row[2] = request_id
+            row[0] = unit_index  # written last: the reader trusts the start time of a unit it sees
+
+    def mark_idle(self, slot: int) -> None:
+        """
+        Record that ``slot`` runs nothing.
+
+        :param slot: The slot.
+        """
+        if self._progress is not None:
+            self._progress[slot, 0] = -1

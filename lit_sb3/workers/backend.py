@@ -1,0 +1,81 @@
+"""The interface a pool backend implements: start workers, talk to them, notice when they die."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+
+class WorkerHandle(ABC):
+    """The main process's side of one worker."""
+
+    worker_index: int
+
+    @abstractmethod
+    def send(self, message: Any) -> None:
+        """
+        :param message: A request (or cancel) for the worker.
+        """
+
+    @abstractmethod
+    def recv(self) -> Any:
+        """:return: The next reply of the worker (call only when :meth:`poll` or :meth:`Backend.wait` says so)."""
+
+    @abstractmethod
+    def poll(self) -> bool:
+        """:return: Whether a reply (or the end of the stream) can be read without blocking."""
+
+    @abstractmethod
+    def is_alive(self) -> bool:
+        """:return: Whether the worker process is running."""
+
+    @abstractmethod
+    def describe_exit(self) -> str:
+        """:return: How the worker ended, e.g. ``"killed by SIGKILL"``."""
+
+    @abstractmethod
+    def kill(self) -> None:
+        """Stop the worker at once."""
+
+    @abstractmethod
+    def join(self, timeout: float) -> bool:
+        """
+        :param timeout: Seconds to wait for the worker to exit.
+        :return: Whether it has exited.
+        """
+
+    @abstractmethod
+    def release(self) -> None:
+        """Free the handle's resources once the worker has exited."""
+
+
+class Backend(ABC):
+    """Where workers run: local processes, Ray actors..."""
+
+    @abstractmethod
+    def start_worker(self, worker_index: int, app_factory: bytes) -> WorkerHandle:
+        """
+        Start a worker that builds its app with ``app_factory``.
+
+        :param worker_index: Index of the worker in the pool.
+        :param app_factory: Cloudpickled callable returning a :class:`~lit_sb3.workers.app.WorkerApp`.
+        :return: The handle.
+        """
+
+    @abstractmethod
+    def wait(self, handles: list[WorkerHandle], timeout: float | None) -> tuple[list[WorkerHandle], list[WorkerHandle]]:
+        """
+        Block until a worker has a reply, a worker died, :meth:`wake` was called, or ``timeout`` passed.
+
+        :param handles: The workers to watch.
+        :param timeout: Maximum seconds to block.
+        :return: The workers with a reply to read, and the workers that died.
+        """
+
+    @abstractmethod
+    def wake(self) -> None:
+        """Make a pending :meth:`wait` return (thread-safe)."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the backend's own resources."""

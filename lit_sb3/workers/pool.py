@@ -1,0 +1,553 @@
+"""The worker pool: starts workers, hands out tasks, replaces dead workers and shuts everything down."""
+
+from __future__ import annotations
+
+import atexit
+import itertools
+import queue
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+import cloudpickle
+import numpy as np
+
+from lit_sb3.workers.app import PROGRESS_COLUMNS, WorkerApp
+from lit_sb3.workers.backend import Backend, WorkerHandle
+from lit_sb3.workers.errors import (
+    PoolClosedError,
+    WorkerDiedError,
+    WorkerError,
+    WorkerTimeoutError,
+)
+from lit_sb3.workers.local import LocalBackend
+from lit_sb3.workers.messages import (
+    ATTACH_PROGRESS_METHOD,
+    CLOSE_METHOD,
+    READY_REQUEST_ID,
+    Cancel,
+    Reply,
+    Request,
+)
+from lit_sb3.workers.shared_array import SharedArray
+
+#: Seconds a worker gets to exit after being asked to, before it is killed.
+CLOSE_GRACE_PERIOD = 3.0
+#: Seconds between two reads of the progress boards when a timeout is set.
+PROGRESS_CHECK_INTERVAL = 0.1
+
+_live_pools: weakref.WeakSet[WorkerPool] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_live_pools() -> None:
+    for pool in list(_live_pools):
+        pool.close()
+
+
+@dataclass
+class _Call:
+    """A control request: to one worker, answered through ``future`` (None for replays nobody waits on)."""
+
+    method: str
+    args: tuple[Any, ...]
+    future: Future | None
+
+
+@dataclass
+class _Job:
+    """Tasks handed out to whichever worker has room, each answered once."""
+
+    method: str
+    payloads: list[tuple[Any, ...]]
+    labels: list[str]
+    in_flight_limits: list[int]
+    future: Future
+    results: list[Any] = field(default_factory=list)
+    pending: deque[int] = field(default_factory=deque)
+    remaining: int = 0
+
+    def __post_init__(self) -> None:
+        self.results = [None] * len(self.payloads)
+        self.pending = deque(range(len(self.payloads)))
+        self.remaining = len(self.payloads)
+
+    @property
+    def finished(self) -> bool:
+        return self.future.done()
+
+
+@dataclass
+class _Slot:
+    """Everything the dispatcher knows about one worker position."""
+
+    handle: WorkerHandle | None
+    ready: bool = False
+    in_flight: dict[int, _Call | tuple[_Job, int]] = field(default_factory=dict)
+    waiting_calls: deque[_Call] = field(default_factory=deque)
+    sticky: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    board: SharedArray | None = None
+    expected_death: bool = False
+
+    def task_count(self, job: _Job) -> int:
+        return sum(1 for entry in self.in_flight.values() if isinstance(entry, tuple) and entry[0] is job)
+
+
+class WorkerPool:
+    """
+    A pool of workers, each serving a :class:`~lit_sb3.workers.app.WorkerApp`.
+
+    Control calls go to one worker or all of them; jobs are lists of tasks that workers take as they have room
+    (a worker holds at most a few at once, so the load balances itself). A background thread does all the talking
+    to workers: it notices a dead worker at once, starts a replacement and hands its unfinished tasks to others.
+
+    :param app_factories: One callable per worker, building its app inside the worker.
+    :param backend: Where the workers run; local processes (forkserver) by default.
+    :param max_restarts: How many dead workers the pool replaces over its life before it gives up.
+    :param unit_timeout: Seconds a unit (as the app reports on its progress board) may run; None for no limit.
+    :param unit_name: What the apps' units are called in error messages.
+    """
+
+    def __init__(
+        self,
+        app_factories: Sequence[Callable[[], WorkerApp]],
+        *,
+        backend: Backend | None = None,
+        max_restarts: int = 3,
+        unit_timeout: float | None = None,
+        unit_name: str = "unit",
+    ) -> None:
+        if len(app_factories) == 0:
+            raise ValueError("a pool needs at least one worker")
+        self.unit_name = unit_name
+        self.max_restarts = max_restarts
+        self.restarts = 0
+        self.unit_timeout = unit_timeout
+        self._backend = backend if backend is not None else LocalBackend()
+        self._factories = [cloudpickle.dumps(factory) for factory in app_factories]
+        self._request_ids = itertools.count()
+        self._commands: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._closed = False
+        self._stopping = False
+        self._broken: BaseException | None = None
+        self._jobs: list[_Job] = []
+        self._slots: list[_Slot] = []
+        try:
+            self._slots = [_Slot(self._backend.start_worker(i, factory)) for i, factory in enumerate(self._factories)]
+            started = self._wait_until_ready()
+        except BaseException:
+            self._kill_all()
+            self._backend.close()
+            raise
+        self.slot_counts = [slot_count for slot_count, _ in started]
+        self.descriptions = [description for _, description in started]
+        _live_pools.add(self)
+        self._dispatcher = threading.Thread(target=self._dispatch, name="lit-sb3-pool-dispatcher", daemon=True)
+        self._dispatcher.start()
+
+    # ----------------------------------------------------------------------------------------------- public API
+
+    @property
+    def n_workers(self) -> int:
+        """Number of workers."""
+        return len(self._slots)
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
+
+    @property
+    def handles(self) -> list[WorkerHandle | None]:
+        """The current handle of each worker (a replaced worker has a new one; None once it is gone for good)."""
+        return [slot.handle for slot in self._slots]
+
+    def call(self, worker_index: int, method: str, *args: Any, sticky: bool = False) -> Future:
+        """
+        Call a control method of one worker's app.
+
+        :param worker_index: The worker.
+        :param method: Name of the method.
+        :param args: Its arguments.
+        :param sticky: Also replay this call (the last one per method) on any replacement of the worker.
+        :return: Future of the method's return value.
+        """
+        self._check_usable()
+        future: Future = Future()
+        call = _Call(method, args, future)
+
+        def command() -> None:
+            slot = self._slots[worker_index]
+            if sticky:
+                slot.sticky[method] = args
+            slot.waiting_calls.append(call)
+
+        self._submit(command)
+        return future
+
+    def call_all(self, method: str, args_per_worker: Sequence[tuple[Any, ...]], *, sticky: bool = False) -> list[Any]:
+        """
+        Call a control method on every worker and wait for all answers.
+
+        :param method: Name of the method.
+        :param args_per_worker: Arguments for each worker.
+        :param sticky: Replay the call on replacements of the workers.
+        :return: The return value of each worker.
+        """
+        futures = [self.call(i, method, *args, sticky=sticky) for i, args in enumerate(args_per_worker)]
+        return [future.result() for future in futures]
+
+    def run_tasks(
+        self,
+        method: str,
+        payloads: list[tuple[Any, ...]],
+        *,
+        labels: list[str],
+        in_flight_limits: list[int],
+    ) -> Future:
+        """
+        Run one task per payload on whichever worker has room.
+
+        :param method: Task method of the apps.
+        :param payloads: Arguments of each task.
+        :param labels: What each task covers, for error messages (e.g. ``"candidates 0-7"``).
+        :param in_flight_limits: For each worker, how many of the job's tasks it may hold at once.
+        :return: Future of the list of task results, in payload order.
+        """
+        self._check_usable()
+        job = _Job(method, payloads, labels, in_flight_limits, Future())
+        if not payloads:
+            job.future.set_result([])
+            return job.future
+        self._submit(lambda: self._jobs.append(job))
+        return job.future
+
+    def cancel(self, future: Future) -> None:
+        """
+        Stop a job started by :meth:`run_tasks`: its queued tasks are dropped and running ones cancelled.
+
+        :param future: The job's future.
+        """
+
+        def command() -> None:
+            for job in self._jobs:
+                if job.future is future:
+                    self._fail_job(job, PoolClosedError("the job was cancelled"))
+
+        self._submit(command)
+
+    def close(self) -> None:
+        """Cancel running jobs, stop every worker (killing those that do not exit) and free resources. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        _live_pools.discard(self)
+        self._submit(self._request_stop)
+        self._dispatcher.join()
+
+    # ------------------------------------------------------------------------------------------------ internals
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise PoolClosedError("the worker pool is closed")
+        if self._broken is not None:
+            raise RuntimeError(f"the worker pool is unusable after an earlier failure: {self._broken}") from self._broken
+
+    def _submit(self, command: Callable[[], None]) -> None:
+        self._commands.put(command)
+        self._backend.wake()
+
+    def _kill_all(self) -> None:
+        handles = [slot.handle for slot in self._slots if slot.handle is not None]
+        for handle in handles:
+            handle.kill()
+        for handle in handles:
+            handle.join(CLOSE_GRACE_PERIOD)
+            handle.release()
+
+    def _wait_until_ready(self) -> list[tuple[int, Any]]:
+        started: dict[int, tuple[int, Any]] = {}
+        while len(started) < len(self._slots):
+            waiting = [slot.handle for i, slot in enumerate(self._slots) if i not in started and slot.handle is not None]
+            readable, dead = self._backend.wait(waiting, None)
+            for handle in readable:
+                try:
+                    reply: Reply = handle.recv()
+                except (EOFError, OSError):
+                    dead.append(handle)
+                    continue
+                if reply.failure is not None:
+                    raise WorkerError(handle.worker_index, reply.failure, self.unit_name)
+                started[handle.worker_index] = reply.value
+                self._slots[handle.worker_index].ready = True
+            for handle in dead:
+                if handle.worker_index not in started:
+                    handle.join(1.0)
+                    raise WorkerDiedError(
+                        f"worker {handle.worker_index} ({handle.describe_exit()}) died while building its app"
+                    )
+        return [started[i] for i in range(len(self._slots))]
+
+    # -------------------------------------------------------------------------------- dispatcher thread below
+
+    def _dispatch(self) -> None:
+        try:
+            if self.unit_timeout is not None:
+                for index, slot in enumerate(self._slots):
+                    self._attach_board(index, slot)
+            while True:
+                self._run_commands()
+                if self._stopping:
+                    break
+                self._send_work()
+                readable, dead = self._backend.wait(self._live_handles(), self._wait_timeout())
+                for handle in readable:
+                    self._receive(handle)
+                for handle in dead:
+                    self._on_death(handle)
+                self._check_progress()
+        except BaseException as exc:
+            self._broken = exc
+            self._fail_everything(RuntimeError(f"the worker pool's dispatcher failed: {exc!r}"))
+        finally:
+            self._shutdown()
+
+    def _run_commands(self) -> None:
+        while True:
+            try:
+                command = self._commands.get_nowait()
+            except queue.Empty:
+                return
+            command()
+
+    def _request_stop(self) -> None:
+        self._stopping = True
+
+    def _live_handles(self) -> list[WorkerHandle]:
+        return [slot.handle for slot in self._slots if slot.handle is not None]
+
+    def _wait_timeout(self) -> float | None:
+        return PROGRESS_CHECK_INTERVAL if self.unit_timeout is not None else None
+
+    def _send(self, index: int, request: Request, entry: _Call | tuple[_Job, int]) -> None:
+        slot = self._slots[index]
+        assert slot.handle is not None
+        slot.in_flight[request.request_id] = entry
+        try:
+            slot.handle.send(request)
+        except (OSError, ValueError):
+            pass  # the worker is gone: its sentinel fires and _on_death hands the request on
+
+    def _send_work(self) -> None:
+        for index, slot in enumerate(self._slots):
+            while slot.ready and slot.waiting_calls:
+                call = slot.waiting_calls.popleft()
+                self._send(index, Request(next(self._request_ids), call.method, call.args, False), call)
+        self._jobs = [job for job in self._jobs if not job.finished]
+        for job in self._jobs:
+            while job.pending:
+                index = self._least_loaded(job)
+                if index is None:
+                    break
+                payload_index = job.pending.popleft()
+                request = Request(next(self._request_ids), job.method, job.payloads[payload_index], True)
+                self._send(index, request, (job, payload_index))
+
+    def _least_loaded(self, job: _Job) -> int | None:
+        best: int | None = None
+        best_count = 0
+        for index, slot in enumerate(self._slots):
+            if not slot.ready:
+                continue
+            count = slot.task_count(job)
+            if count < job.in_flight_limits[index] and (best is None or count < best_count):
+                best, best_count = index, count
+        return best
+
+    def _receive(self, handle: WorkerHandle) -> None:
+        if not self._drain(handle):
+            self._on_death(handle)
+
+    def _drain(self, handle: WorkerHandle) -> bool:
+        """Handle every reply the worker has sent; False once its end of the pipe is closed."""
+        while self._slots[handle.worker_index].handle is handle:
+            try:
+                if not handle.poll():
+                    return True
+                reply: Reply = handle.recv()
+            except (EOFError, OSError):
+                return False
+            self._on_reply(handle.worker_index, reply)
+        return True
+
+    def _on_reply(self, index: int, reply: Reply) -> None:
+        slot = self._slots[index]
+        if reply.request_id == READY_REQUEST_ID:
+            self._on_restarted(index, reply)
+            return
+        entry = slot.in_flight.pop(reply.request_id, None)
+        if entry is None:
+            return
+        if isinstance(entry, _Call):
+            if entry.future is not None and not entry.future.done():
+                if reply.failure is None:
+                    entry.future.set_result(reply.value)
+                else:
+                    entry.future.set_exception(WorkerError(index, reply.failure, self.unit_name))
+            elif reply.failure is not None and entry.future is None:
+                self._broken = WorkerError(index, reply.failure, self.unit_name)
+                self._fail_everything(self._broken)
+            return
+        job, payload_index = entry
+        if job.finished:
+            return
+        if reply.failure is None:
+            job.results[payload_index] = reply.value
+            job.remaining -= 1
+            if job.remaining == 0:
+                job.future.set_result(job.results)
+        elif reply.failure.exception_type == "Cancelled":
+            job.pending.appendleft(payload_index)  # dropped because another job failed on that worker
+        else:
+            self._fail_job(job, WorkerError(index, reply.failure, self.unit_name))
+
+    def _fail_job(self, job: _Job, error: BaseException) -> None:
+        if not job.future.done():
+            job.future.set_exception(error)
+        job.pending.clear()
+        for slot in self._slots:
+            request_ids = tuple(
+                request_id for request_id, entry in slot.in_flight.items() if isinstance(entry, tuple) and entry[0] is job
+            )
+            if request_ids and slot.ready and slot.handle is not None:
+                try:
+                    slot.handle.send(Cancel(request_ids))
+                except (OSError, ValueError):
+                    pass
+
+    def _on_death(self, handle: WorkerHandle) -> None:
+        index = handle.worker_index
+        slot = self._slots[index]
+        if slot.handle is not handle:
+            return  # already replaced
+        self._drain(handle)  # what it answered before dying counts
+        if slot.handle is not handle:
+            return
+        handle.join(1.0)
+        exit_description = handle.describe_exit()
+        handle.release()
+        slot.handle = None
+        lost = list(slot.in_flight.items())
+        slot.in_flight.clear()
+        for _, entry in reversed(lost):
+            if isinstance(entry, _Call):
+                slot.waiting_calls.appendleft(entry)
+            elif not entry[0].finished:
+                entry[0].pending.appendleft(entry[1])
+        running = [entry[0].labels[entry[1]] for _, entry in lost if isinstance(entry, tuple) and not entry[0].finished]
+        slot.ready = False
+        if self._stopping:
+            return
+        if not slot.expected_death:
+            if self.restarts >= self.max_restarts:
+                activity = f" while running {', '.join(running)}" if running else ""
+                self._broken = WorkerDiedError(
+                    f"worker {index} ({exit_description}) died{activity}; the pool already replaced "
+                    f"{self.restarts} dead worker(s) (max_restarts={self.max_restarts})"
+                )
+                self._fail_everything(self._broken)
+                return
+            self.restarts += 1
+        slot.expected_death = False
+        slot.handle = self._backend.start_worker(index, self._factories[index])
+
+    def _on_restarted(self, index: int, reply: Reply) -> None:
+        slot = self._slots[index]
+        if reply.failure is not None:
+            self._broken = WorkerError(index, reply.failure, self.unit_name)
+            self._fail_everything(self._broken)
+            return
+        slot.ready = True
+        replays = [_Call(method, args, None) for method, args in slot.sticky.items()]
+        slot.waiting_calls.extendleft(reversed(replays))
+        if slot.board is not None:
+            slot.board.array[:, 0] = -1
+            slot.waiting_calls.appendleft(_Call(ATTACH_PROGRESS_METHOD, (slot.board.handle,), None))
+
+    def _attach_board(self, index: int, slot: _Slot) -> None:
+        slot.board = SharedArray((self.slot_counts[index], PROGRESS_COLUMNS), np.float64)
+        slot.board.array[:, 0] = -1
+        slot.waiting_calls.appendleft(_Call(ATTACH_PROGRESS_METHOD, (slot.board.handle,), None))
+
+    def _check_progress(self) -> None:
+        if self.unit_timeout is None:
+            return
+        now = time.monotonic()
+        for index, slot in enumerate(self._slots):
+            if slot.board is None or not slot.ready:
+                continue
+            for unit, started, request_id in slot.board.array.copy():
+                if unit >= 0 and now - started > self.unit_timeout:
+                    entry = slot.in_flight.get(int(request_id))
+                    if isinstance(entry, tuple):
+                        error = WorkerTimeoutError(index, int(unit), self.unit_timeout, self.unit_name)
+                        self._fail_job(entry[0], error)
+                    slot.expected_death = True  # a stuck worker is replaced without counting as a crash
+                    slot.ready = False
+                    if slot.handle is not None:
+                        slot.handle.kill()
+                    break
+
+    def _fail_everything(self, error: BaseException) -> None:
+        for job in self._jobs:
+            if not job.future.done():
+                job.future.set_exception(error)
+        for slot in self._slots:
+            calls = [entry for entry in slot.in_flight.values() if isinstance(entry, _Call)]
+            for call in [*calls, *slot.waiting_calls]:
+                if call.future is not None and not call.future.done():
+                    call.future.set_exception(error)
+            slot.waiting_calls.clear()
+
+    def _shutdown(self) -> None:
+        self._run_commands()  # fail what was submitted in the meantime below
+        self._fail_everything(PoolClosedError("the worker pool was closed"))
+        deadline = time.monotonic() + CLOSE_GRACE_PERIOD
+        handles = [slot.handle for slot in self._slots if slot.handle is not None]
+        for slot in self._slots:
+            running = tuple(rid for rid, entry in slot.in_flight.items() if isinstance(entry, tuple))
+            if slot.handle is None:
+                continue
+            try:
+                if running:
+                    slot.handle.send(Cancel(running))
+                slot.handle.send(Request(next(self._request_ids), CLOSE_METHOD, (), False))
+            except (OSError, ValueError):
+                pass
+        for handle in handles:
+            if not handle.join(max(0.0, deadline - time.monotonic())):
+                handle.kill()
+                handle.join(CLOSE_GRACE_PERIOD)
+            handle.release()
+        for slot in self._slots:
+            slot.handle = None
+            if slot.board is not None:
+                slot.board.close()
+        self._backend.close()
+        self._drain_commands()
+
+    def _drain_commands(self) -> None:
+        # Commands submitted after the dispatcher stopped would wait forever: fail their futures instead.
+        error = PoolClosedError("the worker pool was closed")
+        while True:
+            try:
+                self._commands.get_nowait()()
+            except queue.Empty:
+                break
+        self._fail_everything(error)
+

@@ -1,0 +1,100 @@
+"""Numpy arrays in shared memory: created (and unlinked) by the main process, opened by workers by name."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from multiprocessing import resource_tracker, shared_memory
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class SharedArrayHandle:
+    """
+    Picklable reference to a :class:`SharedArray`.
+
+    :param name: Name of the shared memory block.
+    :param shape: Shape of the array.
+    :param dtype: Numpy dtype string.
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+    def open(self) -> tuple[shared_memory.SharedMemory, np.ndarray]:
+        """
+        Open the array in another process without taking ownership: the creator alone unlinks it.
+
+        :return: The shared memory block (keep it alive as long as the array) and the array view.
+        """
+        if sys.version_info >= (3, 13):
+            block = shared_memory.SharedMemory(self.name, track=False)
+        else:
+            with _resource_tracking_disabled():
+                block = shared_memory.SharedMemory(self.name)
+        return block, np.ndarray(self.shape, dtype=self.dtype, buffer=block.buf)
+
+
+@contextlib.contextmanager
+def _resource_tracking_disabled() -> Iterator[None]:
+    # Before Python 3.13, opening a block registers it with the resource tracker, which would then unlink it
+    # when this process exits, under the feet of its owner.
+    register = resource_tracker.register
+    resource_tracker.register = lambda name, rtype: None  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        resource_tracker.register = register
+
+
+class SharedArray:
+    """
+    A numpy array in a shared memory block owned by this process.
+
+    :param shape: Shape of the array.
+    :param dtype: Numpy dtype.
+    """
+
+    def __init__(self, shape: tuple[int, ...], dtype: np.dtype | type) -> None:
+        self.dtype = np.dtype(dtype)
+        nbytes = max(1, int(np.prod(shape)) * self.dtype.itemsize)
+        self._block: shared_memory.SharedMemory | None = shared_memory.SharedMemory(create=True, size=nbytes)
+        self.array: np.ndarray = np.ndarray(shape, dtype=self.dtype, buffer=self._block.buf)
+        self.handle = SharedArrayHandle(self._block.name, tuple(shape), self.dtype.str)
+
+    def close(self) -> None:
+        """Release and unlink the block (idempotent)."""
+        if self._block is None:
+            return
+        block, self._block = self._block, None
+        del self.array
+        with contextlib.suppress(BufferError):
+            block.close()
+        with contextlib.suppress(FileNotFoundError):
+            block.unlink()
+
+
+class OpenedArrays:
+    """Cache of shared arrays opened in a worker, by handle; the least recent ones are closed."""
+
+    def __init__(self, capacity: int = 4) -> None:
+        self._capacity = capacity
+        self._opened: dict[SharedArrayHandle, tuple[shared_memory.SharedMemory, np.ndarray]] = {}
+
+    def get(self, handle: SharedArrayHandle) -> np.ndarray:
+        """
+        :param handle: The array to open.
+        :return: A view of the shared array.
+        """
+        if handle not in self._opened:
+            while len(self._opened) >= self._capacity:
+                block, array = self._opened.pop(next(iter(self._opened)))
+                del array
+                with contextlib.suppress(BufferError):
+                    block.close()
+            self._opened[handle] = handle.open()
+        return self._opened[handle][1]

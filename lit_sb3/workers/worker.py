@@ -1,0 +1,137 @@
+"""The loop a worker process runs: build the app, then answer requests until told to stop."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Any
+
+import cloudpickle
+
+from lit_sb3.workers.app import TaskError, WorkerApp
+from lit_sb3.workers.errors import RemoteFailure
+from lit_sb3.workers.messages import (
+    ATTACH_PROGRESS_METHOD,
+    CLOSE_METHOD,
+    READY_REQUEST_ID,
+    Cancel,
+    Reply,
+    Request,
+)
+
+#: How often a worker checks that the process that started it is still alive (seconds).
+PARENT_CHECK_INTERVAL = 0.5
+
+
+def _exit_when_orphaned() -> None:
+    # Under fork and spawn the parent is the main process; under forkserver it is the fork server, which exits when
+    # the main process does. Either way a changed parent pid means nobody will ever read our replies.
+    parent_pid = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(PARENT_CHECK_INTERVAL)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="lit-sb3-orphan-watch", daemon=True).start()
+
+
+def worker_main(connection: Connection, worker_index: int, app_factory: bytes) -> None:
+    """
+    Entry point of a worker process.
+
+    :param connection: Duplex connection to the pool.
+    :param worker_index: Index of this worker in the pool.
+    :param app_factory: Cloudpickled callable that builds the :class:`WorkerApp`.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's business
+    _exit_when_orphaned()
+    import torch
+
+    torch.set_num_threads(1)
+    try:
+        factory: Callable[[], WorkerApp] = cloudpickle.loads(app_factory)
+        app = factory()
+        description = app.describe()
+    except BaseException as exc:
+        connection.send(Reply(READY_REQUEST_ID, failure=RemoteFailure.from_exception(exc)))
+        return
+    connection.send(Reply(READY_REQUEST_ID, value=(app.slot_count, description)))
+    try:
+        _serve(connection, app)
+    except (EOFError, OSError):
+        app.close()  # the pool is gone
+
+
+def _serve(connection: Connection, app: WorkerApp) -> None:
+    held: Request | None = None  # a control request waiting for the running tasks to finish
+    while True:
+        if app.busy:
+            while held is None and connection.poll():
+                message = connection.recv()
+                if isinstance(message, Request) and not message.is_task:
+                    held = message
+                else:
+                    _accept(connection, app, message)
+            _advance(connection, app)
+            continue
+        if held is not None:
+            message, held = held, None
+        else:
+            message = connection.recv()
+        if isinstance(message, Request) and not message.is_task:
+            if not _control(connection, app, message):
+                return
+        else:
+            _accept(connection, app, message)
+
+
+def _accept(connection: Connection, app: WorkerApp, message: Request | Cancel) -> None:
+    if isinstance(message, Cancel):
+        for request_id in app.cancel(message.request_ids):
+            connection.send(Reply(request_id, failure=_cancelled()))
+        return
+    try:
+        app.submit(message.request_id, message.method, message.args)
+    except Exception as exc:
+        connection.send(Reply(message.request_id, failure=RemoteFailure.from_exception(exc)))
+
+
+def _advance(connection: Connection, app: WorkerApp) -> None:
+    try:
+        finished = app.advance()
+    except TaskError as error:
+        cause = error.__cause__ if error.__cause__ is not None else error
+        connection.send(Reply(error.request_id, failure=RemoteFailure.from_exception(cause, error.unit_index)))
+        # The failed task's round is lost: drop what else was accepted so the pool hears about each of them.
+        for request_id in app.cancel(None):
+            connection.send(Reply(request_id, failure=_cancelled()))
+        return
+    for request_id, result in finished:
+        connection.send(Reply(request_id, value=result))
+
+
+def _control(connection: Connection, app: WorkerApp, request: Request) -> bool:
+    """Answer a control request; False once the worker must stop."""
+    try:
+        if request.method == CLOSE_METHOD:
+            value: Any = app.close()
+        elif request.method == ATTACH_PROGRESS_METHOD:
+            value = app.attach_progress(*request.args)
+        elif request.method in app.control_methods:
+            value = getattr(app, request.method)(*request.args)
+        else:
+            raise AttributeError(f"{type(app).__name__} has no control method {request.method!r}")
+    except Exception as exc:
+        connection.send(Reply(request.request_id, failure=RemoteFailure.from_exception(exc)))
+    else:
+        connection.send(Reply(request.request_id, value=value))
+    return request.method != CLOSE_METHOD
+
+
+def _cancelled() -> RemoteFailure:
+    return RemoteFailure("Cancelled", "the task was cancelled", "")
