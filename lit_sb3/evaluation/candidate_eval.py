@@ -109,7 +109,7 @@ class CandidateEval(ABC):
         self._round_serial += 1
         self._round_index += 1
 
-    def seed(self, seed: int | None = None) -> list[None | int]:
+    def seed(self, seed: int | None = None) -> list[int | None]:
         """
         Seed the environments.
 
@@ -128,7 +128,7 @@ class CandidateEval(ABC):
         self._round_index = 0
         return [self._base_seed] * self.n_workers
 
-    def set_options(self, options: list[dict] | dict | None = None) -> list[None | int]:
+    def set_options(self, options: list[dict] | dict | None = None) -> list[int | None]:
         """
         Set environment options for all environments.
 
@@ -261,7 +261,8 @@ class InProcessEval(CandidateEval):
     def __init__(self, env: VecEnv, train_policy: BasePolicy, n_eval_episodes: int = 1) -> None:
         super().__init__(train_policy, n_eval_episodes, n_workers=1)
         self._evaluator = CandidateEvaluator(_returning(env), copy.deepcopy(train_policy).to("cpu"), n_eval_episodes)
-        self._synced_obs_rms = [copy_obs_rms(self._evaluator.get_obs_rms())]
+        obs_rms = self._evaluator.get_obs_rms()
+        self._synced_obs_rms = [None if obs_rms is None else copy_obs_rms(obs_rms)]
         self._is_closed = False
 
     @property

@@ -18,7 +18,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecNormalize, 
 from lit_sb3.evaluation.normalization import ObservationNormalizer
 from lit_sb3.evaluation.policy_kernels import make_batched_policy
 from lit_sb3.evaluation.seeding import episode_seed
-from lit_sb3.evaluation.slot_envs import SlotFailure, make_slot_env
+from lit_sb3.evaluation.slot_envs import SlotEnvError, make_slot_env
 from lit_sb3.workers.app import TaskError, WorkerApp
 from lit_sb3.workers.shared_array import OpenedArrays, SharedArrayHandle
 
@@ -160,7 +160,7 @@ class CandidateEvaluator(WorkerApp):
         if self.vec_normalize is None:
             raise ValueError("sync_obs_rms: the worker's environment has no VecNormalize")
         self.get_obs_rms()  # what was collected before the sync belongs to the old statistics
-        self.vec_normalize.obs_rms = obs_rms
+        self.vec_normalize.obs_rms = obs_rms  # type: ignore[assignment]  # SB3 annotates it as a dict only
 
     # ---------------------------------------------------------------------------------------------- tasks
 
@@ -205,7 +205,7 @@ class CandidateEvaluator(WorkerApp):
                     observations = normalizer.normalize(observations, running)
                 actions = policy.act(observations, running)
                 rewards, ended = slots.step(actions, running)
-            except SlotFailure as failure:
+            except SlotEnvError as failure:
                 raise self._task_error(failure.slot) from failure.__cause__
             except Exception as exc:
                 raise self._task_error(running[0]) from exc
@@ -255,7 +255,11 @@ class CandidateEvaluator(WorkerApp):
             self._slot_episode[slot] = episode
             loaded = (self._round.serial, episode.candidate)
             if self._slot_loaded[slot] != loaded:
-                self.policy.load(slot, self._population[episode.candidate])
+                self._slot_loaded[slot] = None
+                try:
+                    self.policy.load(slot, self._population[episode.candidate])
+                except Exception as exc:
+                    raise TaskError(episode.request_id, episode.candidate) from exc
                 self._slot_loaded[slot] = loaded
             self._returns[slot] = 0.0
             self._lengths[slot] = 0
@@ -264,7 +268,7 @@ class CandidateEvaluator(WorkerApp):
             self.mark_started(slot, episode.candidate, episode.request_id, started_at)
         try:
             self.slots.start(seeds, self._options)
-        except SlotFailure as failure:
+        except SlotEnvError as failure:
             raise self._task_error(failure.slot if failure.slot is not None else min(seeds)) from failure.__cause__
         self._running = sorted([*self._running, *seeds])
 

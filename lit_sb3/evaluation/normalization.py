@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
+from stable_baselines3.common.running_mean_std import RunningMeanStd
 from stable_baselines3.common.vec_env import VecNormalize
 
 #: Observations collected before they are folded into the running statistics in one batch.
@@ -29,9 +32,14 @@ class ObservationNormalizer:
         self._buffered = 0
         self.freeze()
 
+    @property
+    def _obs_rms(self) -> RunningMeanStd:
+        # Box observations: a single RunningMeanStd (Stable-Baselines3 annotates the attribute as a dict).
+        return cast(RunningMeanStd, self.vec_normalize.obs_rms)
+
     def freeze(self) -> None:
         """Take the current statistics as the ones to normalise with."""
-        obs_rms = self.vec_normalize.obs_rms
+        obs_rms = self._obs_rms
         self._mean = obs_rms.mean.copy()
         self._std = np.sqrt(obs_rms.var + self.vec_normalize.epsilon)
 
@@ -52,7 +60,7 @@ class ObservationNormalizer:
         if self._buffered + len(rows) > BUFFER_ROWS:
             self.flush()
             if len(rows) > BUFFER_ROWS:
-                self.vec_normalize.obs_rms.update(rows)
+                self._obs_rms.update(rows)
                 return
         self._buffer[self._buffered : self._buffered + len(rows)] = rows
         self._buffered += len(rows)
@@ -60,5 +68,5 @@ class ObservationNormalizer:
     def flush(self) -> None:
         """Fold the collected observations into the running statistics."""
         if self._buffered:
-            self.vec_normalize.obs_rms.update(self._buffer[: self._buffered])
+            self._obs_rms.update(self._buffer[: self._buffered])
             self._buffered = 0

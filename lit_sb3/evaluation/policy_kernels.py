@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch as th
@@ -104,7 +104,9 @@ class NumpyMlpPolicy(BatchedPolicy):
     def __init__(self, layout: MlpLayout, n_slots: int) -> None:
         super().__init__(n_slots)
         self.layout = layout
-        self._weights = [np.zeros((n_slots, layer.out_features, layer.in_features), np.float32) for layer in layout.layers]
+        self._weights = [
+            np.zeros((n_slots, layer.out_features, layer.in_features), np.float32) for layer in layout.layers
+        ]
         self._biases = [
             np.zeros((n_slots, layer.out_features), np.float32) if layer.bias_offset is not None else None
             for layer in layout.layers
@@ -159,7 +161,7 @@ class TorchPolicyCopies(BatchedPolicy):
         for policy_copy in self._copies:
             policy_copy.set_training_mode(False)
         space = policy.action_space
-        self._actions = np.zeros((n_slots, *space.shape), dtype=space.dtype)
+        self._actions = np.zeros((n_slots, *(space.shape or ())), dtype=space.dtype)
 
     def load(self, slot: int, weights: np.ndarray) -> None:
         self._copies[slot].load_from_vector(weights)
@@ -201,7 +203,7 @@ def mlp_layout(policy: BasePolicy) -> MlpLayout | None:
     modules: list[nn.Module] = []
     output: str
     if _is_ars_policy(policy):
-        modules = [policy.features_extractor, *policy.action_net]
+        modules = [policy.features_extractor, *_sequence(cast(nn.Module, policy.action_net))]
         output = "argmax" if not is_box else ("unscale" if policy.squash_output else "clip")
     elif type(policy) is ActorCriticPolicy:
         if isinstance(policy.action_dist, DiagGaussianDistribution) and is_box and not policy.squash_output:
@@ -210,12 +212,12 @@ def mlp_layout(policy: BasePolicy) -> MlpLayout | None:
             output = "argmax"
         else:
             return None
-        modules = [policy.pi_features_extractor, *policy.mlp_extractor.policy_net, policy.action_net]
+        modules = [policy.pi_features_extractor, *_sequence(policy.mlp_extractor.policy_net), policy.action_net]
     elif type(policy) is TD3Policy and type(policy.actor) is TD3Actor:
-        modules = [policy.actor.features_extractor, *policy.actor.mu]
+        modules = [policy.actor.features_extractor, *_sequence(policy.actor.mu)]
         output = "unscale"
     elif type(policy) is SACPolicy and type(policy.actor) is SACActor and not policy.actor.use_sde:
-        modules = [policy.actor.features_extractor, *policy.actor.latent_pi, policy.actor.mu]
+        modules = [policy.actor.features_extractor, *_sequence(policy.actor.latent_pi), policy.actor.mu]
         output = "tanh_unscale"
     else:
         return None
@@ -229,7 +231,13 @@ def mlp_layout(policy: BasePolicy) -> MlpLayout | None:
 
 def _is_ars_policy(policy: BasePolicy) -> bool:
     # sb3-contrib is optional: recognise its ARS policy by name.
-    return any(cls.__module__ == "sb3_contrib.ars.policies" and cls.__name__ == "ARSPolicy" for cls in type(policy).__mro__)
+    return any(
+        cls.__module__ == "sb3_contrib.ars.policies" and cls.__name__ == "ARSPolicy" for cls in type(policy).__mro__
+    )
+
+
+def _sequence(module: nn.Module) -> list[nn.Module]:
+    return list(module.children()) if isinstance(module, nn.Sequential) else [module]
 
 
 def _parameter_offsets(policy: BasePolicy) -> dict[int, int]:

@@ -23,7 +23,7 @@ from gymnasium.vector import VectorEnv as GymVectorEnv
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecMonitor, VecNormalize
 
 
-class SlotFailure(Exception):
+class SlotEnvError(Exception):
     """
     An environment raised; chained to the original exception.
 
@@ -67,7 +67,7 @@ class SlotEnv(ABC):
 
         :param seeds: Reset seed of each slot to start (all from :meth:`free_slots`).
         :param options: Reset options.
-        :raises SlotFailure: if an environment raised.
+        :raises SlotEnvError: if an environment raised.
         """
 
     @abstractmethod
@@ -78,7 +78,7 @@ class SlotEnv(ABC):
         :param actions: One action per slot.
         :param slots: The running slots, in increasing order.
         :return: The reward of each running slot (in the order of ``slots``) and the slots whose episode ended.
-        :raises SlotFailure: if an environment raised.
+        :raises SlotEnvError: if an environment raised.
         """
 
     def stop(self, slots: list[int]) -> None:
@@ -113,7 +113,7 @@ class EnvListSlots(SlotEnv):
             try:
                 self.observations[slot], _ = self.envs[slot].reset(seed=seed, options=options)
             except Exception as exc:
-                raise SlotFailure(slot) from exc
+                raise SlotEnvError(slot) from exc
             self.running[slot] = True
 
     def step(self, actions: np.ndarray, slots: list[int]) -> tuple[list[float], list[int]]:
@@ -124,7 +124,7 @@ class EnvListSlots(SlotEnv):
             try:
                 observations[slot], reward, terminated, truncated, _ = envs[slot].step(actions[slot])
             except Exception as exc:
-                raise SlotFailure(slot) from exc
+                raise SlotEnvError(slot) from exc
             rewards.append(float(reward))
             if terminated or truncated:
                 finished.append(slot)
@@ -167,7 +167,7 @@ class WaveSlots(SlotEnv):
                 seed: Any = per_slot if isinstance(self.env, AsyncVectorEnv) else per_slot[min(seeds)]
                 observations, _ = self.env.reset(seed=seed, options=options)
         except Exception as exc:
-            raise SlotFailure(None) from exc
+            raise SlotEnvError(None) from exc
         self._store(observations)
         self.running[list(seeds)] = True
 
@@ -181,7 +181,7 @@ class WaveSlots(SlotEnv):
                 observations, rewards, terminations, truncations, _ = self.env.step(actions)
                 dones = terminations | truncations
         except Exception as exc:
-            raise SlotFailure(None) from exc
+            raise SlotEnvError(None) from exc
         self._store(observations)
         finished = [slot for slot in slots if dones[slot]]
         if finished:
@@ -221,4 +221,3 @@ def make_slot_env(env: VecEnv | GymVectorEnv, original_reward: VecNormalize | No
     if isinstance(inner, DummyVecEnv | SyncVectorEnv) and original_reward is None:
         return EnvListSlots(list(inner.envs))
     return WaveSlots(env, original_reward)
-

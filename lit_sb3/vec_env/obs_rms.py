@@ -10,12 +10,12 @@ and variance weighted ``n_workers`` times.)
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TypeVar
 
 import numpy as np
 from stable_baselines3.common.running_mean_std import RunningMeanStd
 
-ObsRms = TypeVar("ObsRms", RunningMeanStd, dict[str, RunningMeanStd])
+#: Observation statistics: one ``RunningMeanStd``, or one per key of a Dict observation space.
+ObsRms = RunningMeanStd | dict[str, RunningMeanStd]
 
 
 def subtract_running_mean_std(total: RunningMeanStd, part: RunningMeanStd) -> RunningMeanStd:
@@ -34,7 +34,9 @@ def subtract_running_mean_std(total: RunningMeanStd, part: RunningMeanStd) -> Ru
         return rest
     mean = (total.count * total.mean - part.count * part.mean) / count
     delta = mean - part.mean
-    second_moment = total.var * total.count - part.var * part.count - np.square(delta) * part.count * count / total.count
+    second_moment = (
+        total.var * total.count - part.var * part.count - np.square(delta) * part.count * count / total.count
+    )
     rest.count, rest.mean, rest.var = count, mean, np.maximum(second_moment, 0.0) / count
     return rest
 
@@ -50,9 +52,25 @@ def merge_obs_rms(base: ObsRms, worker_obs_rms: Sequence[ObsRms], synced_obs_rms
     """
     if isinstance(base, dict):
         return {
-            key: merge_obs_rms(base[key], [rms[key] for rms in worker_obs_rms], [rms[key] for rms in synced_obs_rms])
-            for key in base
+            key: _merge_one(rms, [_entry(w, key) for w in worker_obs_rms], [_entry(s, key) for s in synced_obs_rms])
+            for key, rms in base.items()
         }
+    return _merge_one(base, [_entry(w, None) for w in worker_obs_rms], [_entry(s, None) for s in synced_obs_rms])
+
+
+def _entry(obs_rms: ObsRms, key: str | None) -> RunningMeanStd:
+    if isinstance(obs_rms, dict):
+        if key is None:
+            raise TypeError("cannot merge per-key (Dict space) statistics into a single RunningMeanStd")
+        return obs_rms[key]
+    if key is not None:
+        raise TypeError(f"expected per-key (Dict space) statistics with key {key!r}, got a single RunningMeanStd")
+    return obs_rms
+
+
+def _merge_one(
+    base: RunningMeanStd, worker_obs_rms: list[RunningMeanStd], synced_obs_rms: list[RunningMeanStd]
+) -> RunningMeanStd:
     merged = base.copy()
     for worker, synced in zip(worker_obs_rms, synced_obs_rms, strict=True):
         new_data = subtract_running_mean_std(worker, synced)

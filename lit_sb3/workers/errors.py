@@ -7,7 +7,7 @@ import traceback
 from dataclasses import dataclass
 
 
-class RemoteTraceback(Exception):
+class RemoteTraceback(Exception):  # noqa: N818 - a traceback carrier, not an error of its own
     """Carries the traceback text of an exception raised in a worker process (chained as ``__cause__``)."""
 
     def __init__(self, text: str) -> None:
@@ -43,7 +43,11 @@ class RemoteFailure:
         :return: A picklable description of the failure.
         """
         exc_type = type(exc)
-        name = exc_type.__qualname__ if exc_type.__module__ == "builtins" else f"{exc_type.__module__}.{exc_type.__qualname__}"
+        name = (
+            exc_type.__qualname__
+            if exc_type.__module__ == "builtins"
+            else f"{exc_type.__module__}.{exc_type.__qualname__}"
+        )
         text = "".join(traceback.format_exception(exc_type, exc, exc.__traceback__))
         return cls(name, str(exc), text, unit_index)
 

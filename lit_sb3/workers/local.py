@@ -87,7 +87,7 @@ class LocalBackend(Backend):
         self.start_method = start_method
         self._context = mp.get_context(start_method)
         if start_method == "forkserver":
-            self._context.set_forkserver_preload(FORKSERVER_PRELOAD)  # type: ignore[attr-defined]
+            self._context.set_forkserver_preload(FORKSERVER_PRELOAD)
         self._wake_reader, self._wake_writer = mp.Pipe(duplex=False)
         self._wake_lock = threading.Lock()
         self._woken = False
@@ -136,4 +136,3 @@ class LocalBackend(Backend):
     def close(self) -> None:
         self._wake_reader.close()
         self._wake_writer.close()
-

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import itertools
 import queue
 import threading
@@ -138,7 +139,8 @@ class WorkerPool:
         self._jobs: list[_Job] = []
         self._slots: list[_Slot] = []
         try:
-            self._slots = [_Slot(self._backend.start_worker(i, factory)) for i, factory in enumerate(self._factories)]
+            for index, factory in enumerate(self._factories):
+                self._slots.append(_Slot(self._backend.start_worker(index, factory)))
             started = self._wait_until_ready()
         except BaseException:
             self._kill_all()
@@ -256,7 +258,9 @@ class WorkerPool:
         if self._closed:
             raise PoolClosedError("the worker pool is closed")
         if self._broken is not None:
-            raise RuntimeError(f"the worker pool is unusable after an earlier failure: {self._broken}") from self._broken
+            raise RuntimeError(
+                f"the worker pool is unusable after an earlier failure: {self._broken}"
+            ) from self._broken
 
     def _submit(self, command: Callable[[], None]) -> None:
         self._commands.put(command)
@@ -273,7 +277,9 @@ class WorkerPool:
     def _wait_until_ready(self) -> list[tuple[int, Any]]:
         started: dict[int, tuple[int, Any]] = {}
         while len(started) < len(self._slots):
-            waiting = [slot.handle for i, slot in enumerate(self._slots) if i not in started and slot.handle is not None]
+            waiting = [
+                slot.handle for i, slot in enumerate(self._slots) if i not in started and slot.handle is not None
+            ]
             readable, dead = self._backend.wait(waiting, None)
             for handle in readable:
                 try:
@@ -338,10 +344,9 @@ class WorkerPool:
         slot = self._slots[index]
         assert slot.handle is not None
         slot.in_flight[request.request_id] = entry
-        try:
+        # If the worker is gone, its sentinel fires and _on_death hands the request on.
+        with contextlib.suppress(OSError, ValueError):
             slot.handle.send(request)
-        except (OSError, ValueError):
-            pass  # the worker is gone: its sentinel fires and _on_death hands the request on
 
     def _send_work(self) -> None:
         for index, slot in enumerate(self._slots):
@@ -351,12 +356,12 @@ class WorkerPool:
         self._jobs = [job for job in self._jobs if not job.finished]
         for job in self._jobs:
             while job.pending:
-                index = self._least_loaded(job)
-                if index is None:
+                worker_index = self._least_loaded(job)
+                if worker_index is None:
                     break
                 payload_index = job.pending.popleft()
                 request = Request(next(self._request_ids), job.method, job.payloads[payload_index], True)
-                self._send(index, request, (job, payload_index))
+                self._send(worker_index, request, (job, payload_index))
 
     def _least_loaded(self, job: _Job) -> int | None:
         best: int | None = None
@@ -422,13 +427,13 @@ class WorkerPool:
         job.pending.clear()
         for slot in self._slots:
             request_ids = tuple(
-                request_id for request_id, entry in slot.in_flight.items() if isinstance(entry, tuple) and entry[0] is job
+                request_id
+                for request_id, entry in slot.in_flight.items()
+                if isinstance(entry, tuple) and entry[0] is job
             )
             if request_ids and slot.ready and slot.handle is not None:
-                try:
+                with contextlib.suppress(OSError, ValueError):
                     slot.handle.send(Cancel(request_ids))
-                except (OSError, ValueError):
-                    pass
 
     def _on_death(self, handle: WorkerHandle) -> None:
         index = handle.worker_index
@@ -550,4 +555,3 @@ class WorkerPool:
             except queue.Empty:
                 break
         self._fail_everything(error)
-

@@ -44,7 +44,7 @@ def _resource_tracking_disabled() -> Iterator[None]:
     # Before Python 3.13, opening a block registers it with the resource tracker, which would then unlink it
     # when this process exits, under the feet of its owner.
     register = resource_tracker.register
-    resource_tracker.register = lambda name, rtype: None  # type: ignore[assignment]
+    resource_tracker.register = lambda name, rtype: None
     try:
         yield
     finally:

@@ -111,17 +111,24 @@ def _advance(connection: Connection, app: WorkerApp) -> None:
         for request_id in app.cancel(None):
             connection.send(Reply(request_id, failure=_cancelled()))
         return
+    except Exception as exc:
+        # Not attributable to one task: every task accepted fails with it.
+        failure = RemoteFailure.from_exception(exc)
+        for request_id in app.cancel(None):
+            connection.send(Reply(request_id, failure=failure))
+        return
     for request_id, result in finished:
         connection.send(Reply(request_id, value=result))
 
 
 def _control(connection: Connection, app: WorkerApp, request: Request) -> bool:
     """Answer a control request; False once the worker must stop."""
+    value: Any = None
     try:
         if request.method == CLOSE_METHOD:
-            value: Any = app.close()
+            app.close()
         elif request.method == ATTACH_PROGRESS_METHOD:
-            value = app.attach_progress(*request.args)
+            app.attach_progress(*request.args)
         elif request.method in app.control_methods:
             value = getattr(app, request.method)(*request.args)
         else:

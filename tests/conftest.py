@@ -1,0 +1,46 @@
+"""Shared fixtures: test environments are pickled by value so that worker processes need not import them."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import cloudpickle
+import psutil
+import pytest
+from sb3_contrib.ars.policies import LinearPolicy
+
+import fixture_envs
+
+cloudpickle.register_pickle_by_value(fixture_envs)
+
+
+@pytest.fixture
+def scalar_policy() -> LinearPolicy:
+    """ARS linear policy (2 weights, no bias) for :class:`fixture_envs.ScalarEnv`."""
+    env = fixture_envs.ScalarEnv()
+    return LinearPolicy(env.observation_space, env.action_space)
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_workers() -> Iterator[None]:
+    """Every test must leave no process behind but multiprocessing's own fork server and resource tracker."""
+    yield
+    descendants = psutil.Process().children(recursive=True)
+    leftovers = [process for process in descendants if not _is_multiprocessing_helper(process)]
+    for process in leftovers:
+        try:
+            process.wait(5)  # a process that was asked to exit gets a moment to do so
+        except psutil.TimeoutExpired:
+            pytest.fail(f"process left behind: {process}")
+        except psutil.NoSuchProcess:
+            pass
+
+
+def _is_multiprocessing_helper(process: psutil.Process) -> bool:
+    try:
+        command = " ".join(process.cmdline())
+        is_direct_child = process.ppid() == os.getpid()
+    except psutil.Error:
+        return True  # already gone
+    return is_direct_child and ("forkserver" in command or "resource_tracker" in command)

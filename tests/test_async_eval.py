@@ -1,0 +1,126 @@
+"""AsyncEval: results, reproducibility, options and reuse, with real worker processes."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+import torch as th
+from sb3_contrib.ars.policies import LinearPolicy
+from stable_baselines3.common.env_util import make_vec_env
+
+from fixture_envs import scalar_vec_env
+from lit_sb3 import AsyncEval
+from lit_sb3.evaluation.candidate_eval import InProcessEval
+
+
+def random_population(policy: th.nn.Module, pop_size: int, seed: int = 0, scale: float = 1.0) -> np.ndarray:
+    n_params = sum(parameter.numel() for parameter in policy.parameters())
+    return np.random.default_rng(seed).normal(0.0, scale, size=(pop_size, n_params)).astype(np.float32)
+
+
+def evaluate(async_eval: AsyncEval | InProcessEval, weights: np.ndarray | th.Tensor, pop_size: int) -> list:
+    async_eval.send_jobs(weights, pop_size)
+    return async_eval.get_results()
+
+
+def as_arrays(results: list) -> tuple[np.ndarray, np.ndarray]:
+    return np.array([r for _, (r, _) in results]), np.array([n for _, (_, n) in results])
+
+
+def test_results_cover_every_candidate_in_order(scalar_policy: LinearPolicy) -> None:
+    weights = random_population(scalar_policy, 13)
+    with AsyncEval([functools.partial(scalar_vec_env, random_length=True)] * 2, scalar_policy, n_eval_episodes=3) as ae:
+        ae.seed(0)
+        results = evaluate(ae, weights, 11)  # extra rows beyond pop_size are not evaluated
+    assert [index for index, _ in results] == list(range(11))
+    for _, (episode_returns, episode_lengths) in results:
+        assert episode_returns.shape == (3,) and episode_lengths.shape == (3,)
+        assert np.all((episode_lengths >= 1) & (episode_lengths <= 20))
+        assert np.all(episode_returns <= 0.0)
+
+
+def test_torch_and_numpy_weights_give_the_same_results(scalar_policy: LinearPolicy) -> None:
+    weights = random_population(scalar_policy, 8)
+    with AsyncEval([scalar_vec_env] * 2, scalar_policy) as ae:
+        ae.seed(3)
+        from_numpy = as_arrays(evaluate(ae, weights, 8))
+        ae.seed(3)
+        from_torch = as_arrays(evaluate(ae, th.as_tensor(weights), 8))
+    np.testing.assert_array_equal(from_numpy[0], from_torch[0])
+
+
+@pytest.mark.parametrize("n_envs", [1, 3])
+def test_results_do_not_depend_on_workers_or_chunks(scalar_policy: LinearPolicy, n_envs: int) -> None:
+    """Episode seeds derive from (seed, round, candidate, episode), not from the worker or slot."""
+    weights = [random_population(scalar_policy, 10, seed=g) for g in range(2)]
+    env_fn = functools.partial(scalar_vec_env, n_envs=n_envs, random_length=True)
+    outcomes = []
+    for n_workers, chunk_size in [(1, None), (2, 1), (3, 4)]:
+        with AsyncEval([env_fn] * n_workers, scalar_policy, n_eval_episodes=2, chunk_size=chunk_size) as ae:
+            ae.seed(42)
+            outcomes.append([as_arrays(evaluate(ae, w, 10)) for w in weights])
+    in_process = InProcessEval(scalar_vec_env(n_envs=2, random_length=True), scalar_policy, n_eval_episodes=2)
+    in_process.seed(42)
+    outcomes.append([as_arrays(evaluate(in_process, w, 10)) for w in weights])
+    for other in outcomes[1:]:
+        for (returns, lengths), (other_returns, other_lengths) in zip(outcomes[0], other, strict=True):
+            np.testing.assert_array_equal(returns, other_returns)
+            np.testing.assert_array_equal(lengths, other_lengths)
+    # rounds differ from each other: the round index is part of the seed
+    assert not np.array_equal(outcomes[0][0][1], outcomes[0][1][1])
+
+
+def test_unseeded_runs_follow_numpys_global_generator(scalar_policy: LinearPolicy) -> None:
+    weights = random_population(scalar_policy, 6)
+    outcomes = []
+    with AsyncEval([functools.partial(scalar_vec_env, random_length=True)] * 2, scalar_policy) as ae:
+        for numpy_seed in [7, 7, 8]:
+            np.random.seed(numpy_seed)
+            ae.seed(None)  # back to "draw the seed from numpy when the next round is sent"
+            outcomes.append(as_arrays(evaluate(ae, weights, 6)))
+    np.testing.assert_array_equal(outcomes[0][1], outcomes[1][1])
+    assert not np.array_equal(outcomes[0][1], outcomes[2][1])
+
+
+def test_options_reach_every_reset_from_the_next_round(scalar_policy: LinearPolicy) -> None:
+    zero_policy_weights = np.zeros((4, 2), np.float32)  # action 0: the first coordinate stays where it starts
+    with AsyncEval([scalar_vec_env] * 2, scalar_policy, n_eval_episodes=2) as ae:
+        ae.seed(0)
+        ae.set_options({"start": 0.5})
+        returns, lengths = as_arrays(evaluate(ae, zero_policy_weights, 4))
+        np.testing.assert_allclose(returns, -0.5 * lengths, rtol=1e-6)
+        ae.set_options([{"start": 1.0}, {"start": 1.0}])
+        returns, lengths = as_arrays(evaluate(ae, zero_policy_weights, 4))
+        np.testing.assert_allclose(returns, -1.0 * lengths, rtol=1e-6)
+        ae.set_options(None)
+        returns, _ = as_arrays(evaluate(ae, zero_policy_weights, 4))
+        assert len(np.unique(returns)) > 1  # random starts again
+
+
+def test_pool_is_reusable_across_rounds_and_population_sizes(scalar_policy: LinearPolicy) -> None:
+    with AsyncEval([scalar_vec_env] * 2, scalar_policy) as ae:
+        for round_index, pop_size in enumerate([4, 16, 2, 16, 9]):
+            results = evaluate(ae, random_population(scalar_policy, pop_size, seed=round_index), pop_size)
+            assert [index for index, _ in results] == list(range(pop_size))
+
+
+def test_batched_gymnasium_and_pendulum_paths_agree(scalar_policy: LinearPolicy) -> None:
+    """The same population on Pendulum through a DummyVecEnv, one sub-env or four, gives the same rewards."""
+    policy = LinearPolicy(*_pendulum_spaces())
+    weights = random_population(policy, 8, scale=0.5)
+    outcomes = []
+    for n_envs in [1, 4]:
+        env_fn = functools.partial(make_vec_env, "Pendulum-v1", n_envs=n_envs)
+        with AsyncEval([env_fn] * 2, policy) as ae:
+            assert ae.slot_counts == [n_envs, n_envs]
+            ae.seed(5)
+            outcomes.append(as_arrays(evaluate(ae, weights, 8)))
+    np.testing.assert_array_equal(outcomes[0][0], outcomes[1][0])
+    assert np.all(outcomes[0][1] == 200)
+
+
+def _pendulum_spaces() -> tuple:
+    env = make_vec_env("Pendulum-v1")
+    return env.observation_space, env.action_space

@@ -1,0 +1,327 @@
+"""AsyncEval fails loudly and loses nothing: worker exceptions, dead workers, timeouts, bad input, shutdown."""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import psutil
+import pytest
+import torch as th
+from sb3_contrib.ars.policies import LinearPolicy
+from stable_baselines3.common.running_mean_std import RunningMeanStd
+
+from fixture_envs import BrokenEnv, FragilePolicy, ScalarEnv, scalar_vec_env
+from lit_sb3 import AsyncEval, PoolClosedError, WorkerDiedError, WorkerError, WorkerTimeoutError
+
+HUGE = 1e6  # a weight that drives ScalarEnv's action past its trigger
+
+
+def population(pop_size: int, bad: tuple[int, ...] = ()) -> np.ndarray:
+    weights = np.random.default_rng(0).normal(size=(pop_size, 2)).astype(np.float32)
+    for index in bad:
+        weights[index] = HUGE
+    return weights
+
+
+def worker_pids(async_eval: AsyncEval) -> list[int]:
+    return [handle.pid for handle in async_eval.remotes]  # type: ignore[union-attr]
+
+
+# ------------------------------------------------------------------------------------------- worker exceptions
+
+
+def test_env_construction_error_names_the_worker(scalar_policy: LinearPolicy) -> None:
+    with pytest.raises(WorkerError) as error:
+        AsyncEval([scalar_vec_env, BrokenEnv], scalar_policy)
+    assert error.value.worker_index == 1
+    assert error.value.exception_type == "RuntimeError"
+    assert "cannot be built" in str(error.value)
+    assert "in __init__" in error.value.remote_traceback
+    assert error.value.remote_traceback.strip().endswith("RuntimeError: this environment cannot be built")
+
+
+def test_step_error_names_worker_and_candidate_and_pool_stays_usable(scalar_policy: LinearPolicy) -> None:
+    env_fn = functools.partial(scalar_vec_env, trigger=100.0, on_trigger="raise")
+    with AsyncEval([env_fn] * 2, scalar_policy, chunk_size=1) as ae:
+        ae.send_jobs(population(8, bad=(5,)), 8)
+        with pytest.raises(WorkerError) as error:
+            ae.get_results()
+        assert error.value.unit_index == 5
+        assert error.value.exception_type == "ValueError"
+        assert "candidate 5" in str(error.value) and "step failed on purpose" in str(error.value)
+        assert "_misbehave" in error.value.remote_traceback
+        assert "_misbehave" in str(error.value.__cause__)  # shown when the traceback is printed
+        ae.send_jobs(population(8), 8)
+        assert len(ae.get_results()) == 8
+
+
+def test_reset_error_reaches_the_caller(scalar_policy: LinearPolicy) -> None:
+    with AsyncEval([functools.partial(scalar_vec_env, fail_reset=True)], scalar_policy) as ae:
+        ae.send_jobs(population(3), 3)
+        with pytest.raises(WorkerError, match="reset failed on purpose") as error:
+            ae.get_results()
+    assert error.value.worker_index == 0 and error.value.unit_index == 0
+
+
+def test_weight_loading_error_names_the_candidate() -> None:
+    env = ScalarEnv()
+    policy = FragilePolicy(env.observation_space, env.action_space, lr_schedule=lambda _: 0.0, net_arch=[])
+    n_params = sum(parameter.numel() for parameter in policy.parameters())
+    weights = np.zeros((4, n_params), np.float32)
+    weights[2, 0] = HUGE
+    with AsyncEval([scalar_vec_env] * 2, policy) as ae:
+        ae.send_jobs(weights, 4)
+        with pytest.raises(WorkerError, match="cannot be loaded") as error:
+            ae.get_results()
+    assert error.value.unit_index == 2
+
+
+# ----------------------------------------------------------------------------------------------- dead workers
+
+
+@pytest.mark.parametrize("how", ["sigkill", "segfault"])
+def test_dead_worker_is_replaced_and_its_candidates_rerun(
+    scalar_policy: LinearPolicy, tmp_path: Path, how: str
+) -> None:
+    weights = population(12, bad=(7,))
+    marker = tmp_path / "crashed-once"
+    env_fn = functools.partial(scalar_vec_env, random_length=True, trigger=100.0, on_trigger=how, marker=str(marker))
+    with AsyncEval([env_fn] * 2, scalar_policy, n_eval_episodes=2, chunk_size=2) as ae:
+        ae.seed(9)
+        ae.send_jobs(weights, 12)
+        results = ae.get_results()
+        assert marker.exists()  # a worker did die
+        assert ae._pool.restarts == 1
+    with AsyncEval([env_fn] * 2, scalar_policy, n_eval_episodes=2, chunk_size=2) as ae:  # marker set: no crash
+        ae.seed(9)
+        ae.send_jobs(weights, 12)
+        expected = ae.get_results()
+    assert [index for index, _ in results] == list(range(12))
+    for (_, (returns, lengths)), (_, (expected_returns, expected_lengths)) in zip(results, expected, strict=True):
+        np.testing.assert_array_equal(returns, expected_returns)
+        np.testing.assert_array_equal(lengths, expected_lengths)
+
+
+def test_externally_killed_worker_is_noticed_and_replaced(scalar_policy: LinearPolicy) -> None:
+    env_fn = functools.partial(scalar_vec_env, length=100_000)  # rounds long enough to kill a worker mid-way
+    with AsyncEval([env_fn] * 2, scalar_policy, chunk_size=1) as ae:
+        ae.send_jobs(population(4), 4)
+        time.sleep(0.3)
+        assert ae._pending is not None and not ae._pending.done()
+        victim = worker_pids(ae)[0]
+        os.kill(victim, signal.SIGKILL)
+        results = ae.get_results()
+        assert ae._pool.restarts == 1
+        assert len(results) == 4 and all(lengths[0] == 100_000 for _, (_, lengths) in results)
+        assert victim not in worker_pids(ae)
+        assert not psutil.pid_exists(victim) or psutil.Process(victim).status() == psutil.STATUS_ZOMBIE
+
+
+def test_too_many_deaths_raise_a_clear_error(scalar_policy: LinearPolicy) -> None:
+    env_fn = functools.partial(scalar_vec_env, trigger=100.0, on_trigger="sigkill")  # no marker: dies every time
+    with AsyncEval([env_fn] * 2, scalar_policy, max_restarts=2, chunk_size=1) as ae:
+        ae.send_jobs(population(6, bad=(3,)), 6)
+        with pytest.raises(WorkerDiedError, match=r"killed by SIGKILL.*candidates 3-3.*max_restarts=2"):
+            ae.get_results()
+        with pytest.raises(RuntimeError, match="unusable"):
+            ae.send_jobs(population(6), 6)
+
+
+def test_candidate_timeout_names_the_candidate(scalar_policy: LinearPolicy) -> None:
+    env_fn = functools.partial(scalar_vec_env, trigger=100.0, on_trigger="sleep")
+    with AsyncEval([env_fn] * 2, scalar_policy, candidate_timeout=1.0, chunk_size=1) as ae:
+        ae.send_jobs(population(6, bad=(4,)), 6)
+        with pytest.raises(WorkerTimeoutError, match=r"candidate 4 on worker [01] did not finish within 1 s"):
+            ae.get_results()
+        ae.send_jobs(population(6), 6)  # the stuck worker was replaced
+        assert len(ae.get_results()) == 6
+        assert ae._pool.restarts == 0  # a timeout is not a crash
+
+
+# -------------------------------------------------------------------------------------------------- bad input
+
+
+@pytest.fixture
+def pool() -> Iterator[AsyncEval]:
+    env = ScalarEnv()
+    with AsyncEval([scalar_vec_env], LinearPolicy(env.observation_space, env.action_space)) as async_eval:
+        yield async_eval
+
+
+@pytest.mark.parametrize(
+    ("weights", "pop_size", "error", "message"),
+    [
+        (np.zeros((4, 1), np.float32), 4, ValueError, "rows have 1 values but the policy has 2 parameters"),
+        (np.zeros((4, 3), np.float32), 4, ValueError, "rows have 3 values but the policy has 2 parameters"),
+        (np.zeros(2, np.float32), 1, ValueError, r"candidate_weights must have shape \(rows, n_params\)"),
+        (np.zeros((4, 2), np.float32), 0, ValueError, "pop_size must be at least 1"),
+        (np.zeros((4, 2), np.float32), 5, ValueError, "pop_size=5 exceeds the 4 rows"),
+        (np.zeros((4, 2), np.float32), 2.0, TypeError, "pop_size must be an int"),
+        (np.array([[0, 0], [np.nan, 0]], np.float32), 2, ValueError, r"NaN or inf values in candidates \[1\]"),
+        (np.array([[np.inf, 0]], np.float32), 1, ValueError, r"NaN or inf values in candidates \[0\]"),
+        ([[0.0, 0.0]], 1, TypeError, "candidate_weights must be a torch.Tensor or a numpy array"),
+    ],
+)
+def test_bad_jobs_are_refused_before_any_work(
+    pool: AsyncEval, weights: object, pop_size: object, error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        pool.send_jobs(weights, pop_size)
+    pool.send_jobs(th.zeros(3, 2), 3)  # nothing was left pending
+    assert len(pool.get_results()) == 3
+
+
+def test_bad_calls_are_refused(pool: AsyncEval) -> None:
+    with pytest.raises(ValueError, match="no round pending"):
+        pool.get_results()
+    pool.send_jobs(np.zeros((2, 2), np.float32), 2)
+    with pytest.raises(ValueError, match="before get_results"):
+        pool.send_jobs(np.zeros((2, 2), np.float32), 2)
+    with pytest.raises(ValueError, match="round is pending"):
+        pool.get_obs_rms()
+    pool.get_results()
+    with pytest.raises(ValueError, match="no VecNormalize"):
+        pool.sync_obs_rms(RunningMeanStd(shape=(2,)))
+    with pytest.raises(ValueError, match="options has 3 entries but there are 1 workers"):
+        pool.set_options([{}, {}, {}])
+    with pytest.raises(TypeError, match="seed must be an int"):
+        pool.seed("0")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"envs_fn": []}, ValueError, "envs_fn is empty"),
+        ({"envs_fn": scalar_vec_env}, TypeError, "envs_fn must be a list"),
+        ({"envs_fn": [scalar_vec_env, 3]}, TypeError, r"envs_fn\[1\] must be callable"),
+        ({"train_policy": "LinearPolicy"}, TypeError, "train_policy must be a Stable-Baselines3 BasePolicy"),
+        ({"n_eval_episodes": 0}, ValueError, "n_eval_episodes must be at least 1"),
+        ({"start_method": "teleport"}, ValueError, "start_method must be one of"),
+        ({"chunk_size": 0}, ValueError, "chunk_size must be at least 1"),
+        ({"candidate_timeout": -1.0}, ValueError, "candidate_timeout must be a positive"),
+    ],
+)
+def test_bad_construction_is_refused_before_starting_workers(
+    scalar_policy: LinearPolicy, kwargs: dict, error: type[Exception], message: str
+) -> None:
+    arguments = {"envs_fn": [scalar_vec_env], "train_policy": scalar_policy, **kwargs}
+    children_before = set(psutil.Process().children(recursive=True))
+    with pytest.raises(error, match=message):
+        AsyncEval(**arguments)
+    assert set(psutil.Process().children(recursive=True)) <= children_before
+
+
+def test_mismatched_spaces_are_reported(scalar_policy: LinearPolicy) -> None:
+    with pytest.raises(WorkerError, match="differ from the policy's"):
+        AsyncEval([scalar_vec_env, functools.partial(gym.make, "CartPole-v1")], scalar_policy)
+
+
+# --------------------------------------------------------------------------------------------------- shutdown
+
+
+def test_close_is_idempotent_and_every_call_after_it_is_refused(scalar_policy: LinearPolicy) -> None:
+    ae = AsyncEval([scalar_vec_env] * 2, scalar_policy)
+    pids = worker_pids(ae)
+    ae.close()
+    ae.close()
+    assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE for pid in pids)
+    calls = [
+        lambda: ae.send_jobs(population(2), 2),
+        ae.get_results,
+        ae.get_obs_rms,
+        lambda: ae.sync_obs_rms(RunningMeanStd()),
+        lambda: ae.seed(0),
+        lambda: ae.set_options({}),
+    ]
+    for call in calls:
+        with pytest.raises(PoolClosedError, match="closed"):
+            call()
+    assert issubclass(PoolClosedError, ValueError)
+
+
+def test_close_cancels_a_running_round(scalar_policy: LinearPolicy) -> None:
+    env_fn = functools.partial(scalar_vec_env, trigger=100.0, on_trigger="sleep")  # candidates that never finish
+    ae = AsyncEval([env_fn] * 2, scalar_policy)
+    ae.send_jobs(population(4, bad=(0, 1, 2, 3)), 4)
+    time.sleep(0.2)
+    started = time.monotonic()
+    ae.close()
+    assert time.monotonic() - started < 10.0  # workers stuck in the env are killed, not waited for forever
+
+
+def test_close_after_an_error(scalar_policy: LinearPolicy) -> None:
+    ae = AsyncEval([functools.partial(scalar_vec_env, trigger=100.0)], scalar_policy)
+    ae.send_jobs(population(2, bad=(1,)), 2)
+    with pytest.raises(WorkerError):
+        ae.get_results()
+    ae.close()
+    assert ae.closed
+
+
+def run_script(body: str, tmp_path: Path) -> subprocess.Popen:
+    script = tmp_path / "script.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import functools, sys, time
+            import numpy as np
+            from sb3_contrib.ars.policies import LinearPolicy
+            sys.path.insert(0, {str(Path(__file__).parent)!r})
+            from fixture_envs import ScalarEnv, scalar_vec_env
+            from lit_sb3 import AsyncEval
+
+            if __name__ == "__main__":
+                env = ScalarEnv()
+                policy = LinearPolicy(env.observation_space, env.action_space)
+                env_fn = functools.partial(scalar_vec_env, length=10**7)
+                ae = AsyncEval([env_fn] * 2, policy)
+                print(*[handle.pid for handle in ae.remotes], flush=True)
+                ae.send_jobs(np.ones((2, 2), np.float32), 2)
+            """
+        )
+        + textwrap.indent(textwrap.dedent(body), " " * 4)
+    )
+    return subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_workers_exit_when_the_main_process_dies(tmp_path: Path) -> None:
+    process = run_script("time.sleep(600)\n", tmp_path)
+    assert process.stdout is not None
+    pids = [int(pid) for pid in process.stdout.readline().split()]
+    assert len(pids) == 2
+    process.kill()
+    process.wait()
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline and any(psutil.pid_exists(pid) for pid in pids):
+        time.sleep(0.1)
+    assert not any(psutil.pid_exists(pid) for pid in pids)
+
+
+def test_ctrl_c_during_get_results_leaves_the_pool_closable(tmp_path: Path) -> None:
+    body = """
+    try:
+        ae.get_results()
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+        ae.close()
+        print("closed", flush=True)
+    """
+    process = run_script(body, tmp_path)
+    assert process.stdout is not None
+    pids = [int(pid) for pid in process.stdout.readline().split()]
+    time.sleep(0.5)
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=30)
+    assert out.split() == ["interrupted", "closed"], err
+    assert process.returncode == 0
+    assert not any(psutil.pid_exists(pid) for pid in pids)

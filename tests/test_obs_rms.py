@@ -1,0 +1,92 @@
+"""Observation statistics: exact delta merging, VecNormalize inside workers, full statistics from get_obs_rms."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sb3_contrib.ars.policies import LinearPolicy
+from stable_baselines3.common.running_mean_std import RunningMeanStd
+
+from fixture_envs import scalar_vec_env
+from lit_sb3 import AsyncEval
+from lit_sb3.vec_env.obs_rms import merge_obs_rms, subtract_running_mean_std
+
+
+def statistics_of(batches: list[np.ndarray]) -> RunningMeanStd:
+    rms = RunningMeanStd(shape=batches[0].shape[1:])
+    rms.update(np.concatenate(batches))
+    return rms
+
+
+def test_subtraction_undoes_combination_exactly() -> None:
+    rng = np.random.default_rng(0)
+    first, second = rng.normal(3.0, 2.0, (500, 4)), rng.normal(-1.0, 0.5, (300, 4))
+    part = statistics_of([first])
+    total = part.copy()
+    total.update(second)
+    rest = subtract_running_mean_std(total, part)
+    np.testing.assert_allclose(rest.mean, second.mean(axis=0), rtol=1e-10)
+    np.testing.assert_allclose(rest.var, second.var(axis=0), rtol=1e-9)
+    assert rest.count == pytest.approx(300)
+
+
+def test_merging_counts_synced_data_once() -> None:
+    rng = np.random.default_rng(1)
+    synced = statistics_of([rng.normal(0.0, 1.0, (1000, 3))])
+    seen = [rng.normal(5.0, 3.0, (200, 3)), rng.normal(-2.0, 1.0, (50, 3))]
+    workers = []
+    for batch in seen:
+        worker = synced.copy()
+        worker.update(batch)
+        workers.append(worker)
+    merged = merge_obs_rms(synced, workers, [synced, synced])
+    expected = synced.copy()
+    expected.update(np.concatenate(seen))
+    np.testing.assert_allclose(merged.mean, expected.mean, rtol=1e-10)
+    np.testing.assert_allclose(merged.var, expected.var, rtol=1e-9)
+    assert merged.count == pytest.approx(expected.count)
+
+
+def test_merged_statistics_equal_those_of_every_observation(tmp_path: Path) -> None:
+    """After several generations of merge + sync, the statistics are those of all observations the policies saw."""
+    env_fn = functools.partial(scalar_vec_env, n_envs=2, normalize=True, random_length=True, log_dir=str(tmp_path))
+    env = scalar_vec_env()
+    policy = LinearPolicy(env.observation_space, env.action_space)
+    rng = np.random.default_rng(0)
+    with AsyncEval([env_fn] * 2, policy, n_eval_episodes=2) as ae:
+        main_rms = ae.synced_obs_rms[0].copy()
+        assert main_rms.count == pytest.approx(1e-4)  # a fresh VecNormalize
+        for _ in range(4):
+            ae.send_jobs(rng.normal(size=(6, 2)).astype(np.float32), 6)
+            ae.get_results()
+            full = ae.get_obs_rms()
+            assert all(worker.count > main_rms.count for worker in full)  # each worker's full statistics
+            main_rms = ae.merge_obs_rms(main_rms)
+            ae.sync_obs_rms(main_rms)
+    observations = [np.load(path) for path in sorted(tmp_path.glob("obs-*.npy"))]
+    expected = RunningMeanStd(shape=(2,))  # VecNormalize's own start: count 1e-4, mean 0, var 1
+    expected.update(np.concatenate(observations).astype(np.float64))
+    np.testing.assert_allclose(main_rms.mean, expected.mean, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(main_rms.var, expected.var, rtol=1e-9)
+    assert main_rms.count == pytest.approx(expected.count, rel=1e-12)
+
+
+def test_normalisation_is_frozen_within_a_round_and_synced_between(scalar_policy: LinearPolicy) -> None:
+    """With synced statistics, results do not depend on how many workers share the observations."""
+    weights = np.random.default_rng(3).normal(size=(8, 2)).astype(np.float32)
+    outcomes = []
+    for n_workers in [1, 2]:
+        env_fn = functools.partial(scalar_vec_env, normalize=True, random_length=True)
+        with AsyncEval([env_fn] * n_workers, scalar_policy) as ae:
+            ae.seed(11)
+            rounds = []
+            for _ in range(3):
+                ae.send_jobs(weights, 8)
+                rounds.append([returns for _, (returns, _) in ae.get_results()])
+                ae.sync_obs_rms(ae.merge_obs_rms())
+            outcomes.append(np.array(rounds))
+    np.testing.assert_allclose(outcomes[0], outcomes[1], rtol=1e-12)
+    assert not np.allclose(outcomes[0][0], outcomes[0][2])  # normalisation changed between rounds
