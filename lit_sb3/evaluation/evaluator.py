@@ -193,8 +193,9 @@ class CandidateEvaluator(WorkerApp):
         finished: list[tuple[int, Any]] = []
         slots, policy, normalizer = self.slots, self.policy, self.normalizer
         returns, lengths = self._returns, self._lengths
+        n_slots = slots.n_slots
         for _ in range(STEPS_BETWEEN_POLLS):
-            if self._queue:
+            if self._queue and len(self._running) < n_slots:
                 self._fill()
             running = self._running
             if not running:

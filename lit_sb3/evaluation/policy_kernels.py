@@ -95,7 +95,7 @@ class BatchedPolicy(ABC):
 
 class NumpyMlpPolicy(BatchedPolicy):
     """
-    Float32 numpy evaluation of an :class:`MlpLayout`.
+    Float32 numpy evaluation of an :class:`MlpLayout`, into buffers allocated once.
 
     :param layout: The policy's layout.
     :param n_slots: Number of slots.
@@ -104,19 +104,22 @@ class NumpyMlpPolicy(BatchedPolicy):
     def __init__(self, layout: MlpLayout, n_slots: int) -> None:
         super().__init__(n_slots)
         self.layout = layout
-        self._weights = [
-            np.zeros((n_slots, layer.out_features, layer.in_features), np.float32) for layer in layout.layers
-        ]
+        self._input = np.zeros((n_slots, layout.layers[0].in_features), np.float32)
+        self._weights = [np.zeros((n_slots, layer.out_features, layer.in_features), np.float32) for layer in layout.layers]
         self._biases = [
-            np.zeros((n_slots, layer.out_features), np.float32) if layer.bias_offset is not None else None
+            None if layer.bias_offset is None else np.zeros((n_slots, layer.out_features), np.float32)
             for layer in layout.layers
         ]
-        self._in_features = layout.layers[0].in_features
+        self._outputs = [np.zeros((n_slots, layer.out_features), np.float32) for layer in layout.layers]
+        # (n_slots, features, 1) views: each slot's product is its own matrix-vector product.
+        self._column_inputs = [self._input[:, :, None]] + [output[:, :, None] for output in self._outputs[:-1]]
+        self._column_outputs = [output[:, :, None] for output in self._outputs]
         space = layout.action_space
         if isinstance(space, spaces.Box):
             self._low = space.low.reshape(-1).astype(np.float32)
             self._high = space.high.reshape(-1).astype(np.float32)
-            self._action_shape: tuple[int, ...] = space.shape
+            self._range = self._high - self._low
+            self._action_shape: tuple[int, ...] = (n_slots, *space.shape)
 
     def load(self, slot: int, weights: np.ndarray) -> None:
         for layer, weight, bias in zip(self.layout.layers, self._weights, self._biases, strict=True):
@@ -126,25 +129,31 @@ class NumpyMlpPolicy(BatchedPolicy):
                 bias[slot] = weights[layer.bias_offset : layer.bias_offset + layer.out_features]
 
     def act(self, observations: Any, slots: list[int]) -> np.ndarray:
-        hidden = np.asarray(observations, dtype=np.float32).reshape(self.n_slots, self._in_features)
-        for layer, weight, bias in zip(self.layout.layers, self._weights, self._biases, strict=True):
-            hidden = np.matmul(weight, hidden[:, :, None])[:, :, 0]
+        np.copyto(self._input, observations.reshape(self._input.shape), casting="same_kind")
+        layers = zip(
+            self.layout.layers, self._weights, self._biases, self._column_inputs, self._column_outputs, self._outputs
+        )
+        for layer, weight, bias, column_input, column_output, output in layers:
+            np.matmul(weight, column_input, out=column_output)
             if bias is not None:
-                hidden += bias
+                np.add(output, bias, out=output)
             if layer.activation == "relu":
-                np.maximum(hidden, 0.0, out=hidden)
+                np.maximum(output, 0.0, out=output)
             elif layer.activation == "tanh":
-                np.tanh(hidden, out=hidden)
-        output = self.layout.output
-        if output == "argmax":
-            return np.argmax(hidden, axis=1)
-        if output == "clip":
-            actions = np.clip(hidden, self._low, self._high)
-        else:
-            if output == "tanh_unscale":
-                np.tanh(hidden, out=hidden)
-            actions = self._low + (np.float32(0.5) * (hidden + np.float32(1.0)) * (self._high - self._low))
-        return actions.reshape(self.n_slots, *self._action_shape)
+                np.tanh(output, out=output)
+        last = self._outputs[-1]
+        if self.layout.output == "argmax":
+            return np.argmax(last, axis=1)
+        if self.layout.output == "clip":
+            np.maximum(last, self._low, out=last)
+            return np.minimum(last, self._high).reshape(self._action_shape)
+        # low + 0.5 * (a + 1) * (high - low), in the order Stable-Baselines3's unscale_action computes it
+        if self.layout.output == "tanh_unscale":
+            np.tanh(last, out=last)
+        np.add(last, 1.0, out=last)
+        np.multiply(last, 0.5, out=last)
+        np.multiply(last, self._range, out=last)
+        return np.add(last, self._low).reshape(self._action_shape)
 
 
 class TorchPolicyCopies(BatchedPolicy):
@@ -230,6 +239,11 @@ def mlp_layout(policy: BasePolicy) -> MlpLayout | None:
 
 
 def _is_ars_policy(policy: BasePolicy) -> bool:
+    # Imported here: lit_sb3.population imports the evaluation package.
+    from lit_sb3.population.policies import MlpPolicy as PopulationMlpPolicy
+
+    if isinstance(policy, PopulationMlpPolicy):
+        return True
     # sb3-contrib is optional: recognise its ARS policy by name.
     return any(
         cls.__module__ == "sb3_contrib.ars.policies" and cls.__name__ == "ARSPolicy" for cls in type(policy).__mro__

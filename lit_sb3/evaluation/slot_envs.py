@@ -51,7 +51,7 @@ class SlotEnv(ABC):
         self.running = np.zeros(n_slots, dtype=bool)
         #: Latest observation of each slot: an array with a leading slot axis for Box spaces, else a list.
         self.observations: Any = (
-            np.zeros((n_slots, *observation_space.shape), np.float64)
+            np.zeros((n_slots, *observation_space.shape), observation_space.dtype)
             if isinstance(observation_space, spaces.Box)
             else [None] * n_slots
         )

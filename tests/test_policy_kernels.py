@@ -1,0 +1,119 @@
+"""The batched numpy path computes the actions of ``policy.predict(obs, deterministic=True)``, batch-invariantly."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch as th
+from gymnasium import spaces
+from sb3_contrib.ars.policies import LinearPolicy, MlpPolicy
+from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
+from stable_baselines3.sac.policies import SACPolicy
+from stable_baselines3.td3.policies import TD3Policy
+from torch import nn
+
+from lit_sb3.evaluation.policy_kernels import NumpyMlpPolicy, TorchPolicyCopies, make_batched_policy
+
+OBSERVATION_SPACE = spaces.Box(-10.0, 10.0, shape=(5,), dtype=np.float32)
+BOX = spaces.Box(np.array([-2.0, -1.0, 0.0], np.float32), np.array([2.0, 3.0, 0.5], np.float32))
+DISCRETE = spaces.Discrete(4)
+
+
+def constant(_: float) -> float:
+    return 0.0
+
+
+POLICIES = {
+    "ars-linear-box": lambda: LinearPolicy(OBSERVATION_SPACE, BOX),
+    "ars-linear-bias-box": lambda: LinearPolicy(OBSERVATION_SPACE, BOX, with_bias=True),
+    "ars-linear-squashed-box": lambda: LinearPolicy(OBSERVATION_SPACE, BOX, squash_output=True),
+    "ars-linear-discrete": lambda: LinearPolicy(OBSERVATION_SPACE, DISCRETE),
+    "ars-mlp-box": lambda: MlpPolicy(OBSERVATION_SPACE, BOX, net_arch=[64, 64]),
+    "ars-mlp-discrete": lambda: MlpPolicy(OBSERVATION_SPACE, DISCRETE, net_arch=[16], activation_fn=nn.Tanh),
+    "actor-critic-box": lambda: ActorCriticPolicy(OBSERVATION_SPACE, BOX, constant, net_arch=[64, 64]),
+    "actor-critic-discrete": lambda: ActorCriticPolicy(OBSERVATION_SPACE, DISCRETE, constant, net_arch=[32]),
+    "actor-critic-separate": lambda: ActorCriticPolicy(
+        OBSERVATION_SPACE, BOX, constant, net_arch=dict(pi=[16, 8], vf=[4]), share_features_extractor=False
+    ),
+    "td3": lambda: TD3Policy(OBSERVATION_SPACE, BOX, constant, net_arch=[32, 32]),
+    "sac": lambda: SACPolicy(OBSERVATION_SPACE, BOX, constant, net_arch=[32, 32]),
+}
+
+
+def flat_weights(policy: BasePolicy, rng: np.random.Generator, scale: float = 0.5) -> np.ndarray:
+    n_params = sum(parameter.numel() for parameter in policy.parameters())
+    return rng.normal(0.0, scale, n_params).astype(np.float32)
+
+
+def predict(policy: BasePolicy, weights: np.ndarray, observations: np.ndarray) -> np.ndarray:
+    policy.load_from_vector(weights)
+    actions, _ = policy.predict(observations, deterministic=True)
+    return actions
+
+
+@pytest.mark.parametrize("name", list(POLICIES))
+def test_numpy_path_matches_predict(name: str) -> None:
+    rng = np.random.default_rng(0)
+    policy = POLICIES[name]()
+    n_slots = 6
+    batched = make_batched_policy(policy, n_slots)
+    assert isinstance(batched, NumpyMlpPolicy)
+    weights = [flat_weights(policy, rng) for _ in range(n_slots)]
+    for slot, slot_weights in enumerate(weights):
+        batched.load(slot, slot_weights)
+    for _ in range(20):
+        observations = rng.normal(0.0, 3.0, (n_slots, 5)).astype(np.float32)
+        actions = batched.act(observations, list(range(n_slots)))
+        for slot in range(n_slots):
+            expected = predict(policy, weights[slot], observations[slot : slot + 1])[0]
+            if isinstance(policy.action_space, spaces.Discrete):
+                assert actions[slot] == expected
+            else:  # float32 sums in another order: errors of a few ulps of the summed terms (~1), not of the result
+                np.testing.assert_allclose(actions[slot], expected, rtol=1e-5, atol=5e-5)
+
+
+@pytest.mark.parametrize("name", ["ars-linear-box", "ars-mlp-box", "actor-critic-discrete", "sac"])
+def test_actions_do_not_depend_on_the_batch(name: str) -> None:
+    """A slot's actions are bit-identical whatever the other slots hold and however many there are."""
+    rng = np.random.default_rng(1)
+    policy = POLICIES[name]()
+    weights = flat_weights(policy, rng)
+    observation = rng.normal(0.0, 3.0, 5).astype(np.float32)
+    reference = None
+    for n_slots in [1, 3, 8, 17]:
+        for slot in {0, n_slots // 2, n_slots - 1}:
+            batched = make_batched_policy(policy, n_slots)
+            observations = rng.normal(0.0, 3.0, (n_slots, 5)).astype(np.float32)
+            for other in range(n_slots):
+                batched.load(other, flat_weights(policy, rng))
+            batched.load(slot, weights)
+            observations[slot] = observation
+            action = batched.act(observations, list(range(n_slots)))[slot]
+            if reference is None:
+                reference = action
+            np.testing.assert_array_equal(action, reference)
+
+
+def test_unknown_shapes_fall_back_to_torch_and_match_predict() -> None:
+    rng = np.random.default_rng(2)
+    policy = MlpPolicy(OBSERVATION_SPACE, BOX, net_arch=[8], activation_fn=nn.ELU)  # no numpy ELU kernel
+    batched = make_batched_policy(policy, 2)
+    assert isinstance(batched, TorchPolicyCopies)
+    weights = [flat_weights(policy, rng) for _ in range(2)]
+    for slot in range(2):
+        batched.load(slot, weights[slot])
+    observations = rng.normal(0.0, 3.0, (2, 5)).astype(np.float32)
+    actions = batched.act(observations, [0, 1]).copy()
+    for slot in range(2):
+        np.testing.assert_array_equal(actions[slot], predict(policy, weights[slot], observations[slot : slot + 1])[0])
+
+
+def test_float64_observations_are_cast_like_predict() -> None:
+    rng = np.random.default_rng(3)
+    policy = LinearPolicy(spaces.Box(-np.inf, np.inf, shape=(5,), dtype=np.float64), BOX)
+    batched = make_batched_policy(policy, 1)
+    weights = flat_weights(policy, rng)
+    batched.load(0, weights)
+    observations = rng.normal(0.0, 3.0, (1, 5))
+    with th.no_grad():
+        np.testing.assert_allclose(batched.act(observations, [0]), predict(policy, weights, observations), rtol=1e-6)
