@@ -129,9 +129,8 @@ class CandidateEvaluator(WorkerApp):
         n_slots = self.slots.n_slots
         self._slot_episode: list[_Episode | None] = [None] * n_slots
         self._slot_loaded: list[tuple[int, int] | None] = [None] * n_slots
-        self._returns = [0.0] * n_slots
-        self._lengths = [0] * n_slots
-        self._running: list[int] = []
+        self._assigned = 0  # slots with an episode (running or about to start)
+        self._session_request = -1
 
     @property
     def slot_count(self) -> int:
@@ -143,6 +142,7 @@ class CandidateEvaluator(WorkerApp):
             "obs_rms": self.get_obs_rms(),
             "policy_kernel": type(self.policy).__name__,
             "slot_env": type(self.slots).__name__,
+            "exact": self.slots.exact,
         }
 
     # ---------------------------------------------------------------------------------------- control methods
@@ -192,31 +192,25 @@ class CandidateEvaluator(WorkerApp):
     def advance(self) -> list[tuple[int, Any]]:
         finished: list[tuple[int, Any]] = []
         slots, policy, normalizer = self.slots, self.policy, self.normalizer
-        returns, lengths = self._returns, self._lengths
         n_slots = slots.n_slots
         for _ in range(STEPS_BETWEEN_POLLS):
-            if self._queue and len(self._running) < n_slots:
+            if self._queue and self._assigned < n_slots:
                 self._fill()
-            running = self._running
-            if not running:
+            if not slots.busy:
                 break
+            running = slots.running_slots
             try:
                 observations = slots.observations
                 if normalizer is not None:
                     observations = normalizer.normalize(observations, running)
-                actions = policy.act(observations, running)
-                rewards, ended = slots.step(actions, running)
+                ended = slots.step(policy.act(observations, running))
             except SlotEnvError as failure:
                 raise self._task_error(failure.slot) from failure.__cause__
             except Exception as exc:
-                raise self._task_error(running[0]) from exc
-            for slot, reward in zip(running, rewards, strict=True):
-                returns[slot] += reward
-                lengths[slot] += 1
+                raise self._task_error(None) from exc
             if ended:
                 for slot in ended:
                     self._finish(slot, finished)
-                self._running = [slot for slot in running if self._slot_episode[slot] is not None]
                 if finished or not self._queue:
                     break
         return finished
@@ -232,7 +226,7 @@ class CandidateEvaluator(WorkerApp):
                 self.mark_idle(slot)
                 stopped.append(slot)
         self.slots.stop(stopped)
-        self._running = [slot for slot in self._running if self._slot_episode[slot] is not None]
+        self._assigned -= len(stopped)
         for request_id in dropped:
             del self._requests[request_id]
         return dropped
@@ -247,12 +241,15 @@ class CandidateEvaluator(WorkerApp):
         if not free:
             return
         assert self._round is not None and self._population is not None
+        # Without per-slot seeding, a session of the environment serves one task only (see AutoresetSlots).
+        session = None if self.slots.exact or not self.slots.busy else self._session_request
         seeds: dict[int, int | None] = {}
         now = time.monotonic()
         for slot in free:
-            if not self._queue:
+            if not self._queue or (session is not None and self._queue[0].request_id != session):
                 break
             episode = self._queue.popleft()
+            session = self._session_request = episode.request_id
             self._slot_episode[slot] = episode
             loaded = (self._round.serial, episode.candidate)
             if self._slot_loaded[slot] != loaded:
@@ -262,26 +259,27 @@ class CandidateEvaluator(WorkerApp):
                 except Exception as exc:
                     raise TaskError(episode.request_id, episode.candidate) from exc
                 self._slot_loaded[slot] = loaded
-            self._returns[slot] = 0.0
-            self._lengths[slot] = 0
             seeds[slot] = episode.seed
             started_at = self._requests[episode.request_id].started_at.setdefault(episode.candidate, now)
             self.mark_started(slot, episode.candidate, episode.request_id, started_at)
+        if not seeds:
+            return
+        self._assigned += len(seeds)
         try:
             self.slots.start(seeds, self._options)
         except SlotEnvError as failure:
             raise self._task_error(failure.slot if failure.slot is not None else min(seeds)) from failure.__cause__
-        self._running = sorted([*self._running, *seeds])
 
     def _finish(self, slot: int, finished: list[tuple[int, Any]]) -> None:
         episode = self._slot_episode[slot]
         assert episode is not None
         self._slot_episode[slot] = None
+        self._assigned -= 1
         self.mark_idle(slot)
         request = self._requests[episode.request_id]
         row = episode.candidate - request.first_candidate
-        request.episode_returns[row, episode.episode] = self._returns[slot]
-        request.episode_lengths[row, episode.episode] = self._lengths[slot]
+        request.episode_returns[row, episode.episode] = self.slots.episode_returns[slot]
+        request.episode_lengths[row, episode.episode] = self.slots.episode_lengths[slot]
         request.remaining -= 1
         if request.remaining == 0:
             del self._requests[episode.request_id]

@@ -105,15 +105,21 @@ class NumpyMlpPolicy(BatchedPolicy):
         super().__init__(n_slots)
         self.layout = layout
         self._input = np.zeros((n_slots, layout.layers[0].in_features), np.float32)
-        self._weights = [np.zeros((n_slots, layer.out_features, layer.in_features), np.float32) for layer in layout.layers]
+        self._weights = [
+            np.zeros((n_slots, layer.out_features, layer.in_features), np.float32) for layer in layout.layers
+        ]
         self._biases = [
             None if layer.bias_offset is None else np.zeros((n_slots, layer.out_features), np.float32)
             for layer in layout.layers
         ]
         self._outputs = [np.zeros((n_slots, layer.out_features), np.float32) for layer in layout.layers]
         # (n_slots, features, 1) views: each slot's product is its own matrix-vector product.
-        self._column_inputs = [self._input[:, :, None]] + [output[:, :, None] for output in self._outputs[:-1]]
-        self._column_outputs = [output[:, :, None] for output in self._outputs]
+        column_inputs = [self._input[:, :, None]] + [output[:, :, None] for output in self._outputs[:-1]]
+        column_outputs = [output[:, :, None] for output in self._outputs]
+        activations = [layer.activation for layer in layout.layers]
+        self._plan = list(
+            zip(self._weights, self._biases, column_inputs, column_outputs, self._outputs, activations, strict=True)
+        )
         space = layout.action_space
         if isinstance(space, spaces.Box):
             self._low = space.low.reshape(-1).astype(np.float32)
@@ -130,16 +136,13 @@ class NumpyMlpPolicy(BatchedPolicy):
 
     def act(self, observations: Any, slots: list[int]) -> np.ndarray:
         np.copyto(self._input, observations.reshape(self._input.shape), casting="same_kind")
-        layers = zip(
-            self.layout.layers, self._weights, self._biases, self._column_inputs, self._column_outputs, self._outputs
-        )
-        for layer, weight, bias, column_input, column_output, output in layers:
+        for weight, bias, column_input, column_output, output, activation in self._plan:
             np.matmul(weight, column_input, out=column_output)
             if bias is not None:
                 np.add(output, bias, out=output)
-            if layer.activation == "relu":
+            if activation == "relu":
                 np.maximum(output, 0.0, out=output)
-            elif layer.activation == "tanh":
+            elif activation == "tanh":
                 np.tanh(output, out=output)
         last = self._outputs[-1]
         if self.layout.output == "argmax":

@@ -1,24 +1,29 @@
 """Sub-environments seen as slots: each slot runs one episode of one candidate at a time.
 
-Two ways to drive a vectorised environment:
+Three ways to drive a vectorised environment, from the best to the most general:
 
 * :class:`EnvListSlots` steps the gymnasium environments inside a ``DummyVecEnv`` (or a gymnasium
-  ``SyncVectorEnv``) one by one. A slot whose episode ends starts the next one at once, reset with that episode's
-  own seed, and idle slots are not stepped. This is the fast and exact path.
-* :class:`WaveSlots` drives any other vectorised environment as a whole: all slots reset together (each with its
-  episode's seed when the environment accepts one seed per sub-environment), and a new wave starts once every slot
-  finished its episode.
+  ``SyncVectorEnv``) one by one. A slot whose episode ends starts the next one at once, reset with that episode's own
+  seed, and idle slots are not stepped. Exact and fast.
+* :class:`WaveSlots` drives any other Stable-Baselines3 ``VecEnv`` (or a gymnasium ``AsyncVectorEnv``) as a whole:
+  all slots reset together, each with its episode's seed, and the next wave starts once every slot finished its
+  episode. Exact, but slots that finish early wait for the others.
+* :class:`AutoresetSlots` drives a gymnasium ``VectorEnv`` whose sub-environments cannot be reset one by one with a
+  seed of their own (a vector-entry-point env such as ``CartPoleVectorEnv``): the whole env is reset with one seed
+  when a session starts, and a slot whose episode ends takes the next episode from the env's own autoreset. Fast,
+  but an episode's start depends on what ran before it in the session: the evaluator makes each task a session of
+  its own, so results depend on the chunk size and the number of sub-environments, not on the worker.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
-from gymnasium.vector import AsyncVectorEnv, SyncVectorEnv
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 from gymnasium.vector import VectorEnv as GymVectorEnv
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecMonitor, VecNormalize
 
@@ -37,24 +42,35 @@ class SlotEnvError(Exception):
 
 class SlotEnv(ABC):
     """
-    ``n_slots`` sub-environments.
+    ``n_slots`` sub-environments, with the return and length of the episode running on each.
 
     :param n_slots: Number of sub-environments.
     :param observation_space: Observation space of one sub-environment.
     :param action_space: Action space of one sub-environment.
     """
 
+    #: Whether any slot can start an episode with a seed of its own whenever it is free.
+    exact: bool = True
+
     def __init__(self, n_slots: int, observation_space: spaces.Space, action_space: spaces.Space) -> None:
         self.n_slots = n_slots
         self.observation_space = observation_space
         self.action_space = action_space
-        self.running = np.zeros(n_slots, dtype=bool)
+        #: Slots whose episode is running and counted, in increasing order.
+        self.running_slots: list[int] = []
         #: Latest observation of each slot: an array with a leading slot axis for Box spaces, else a list.
         self.observations: Any = (
             np.zeros((n_slots, *observation_space.shape), observation_space.dtype)
             if isinstance(observation_space, spaces.Box)
             else [None] * n_slots
         )
+        self.episode_returns: Any = [0.0] * n_slots
+        self.episode_lengths: Any = [0] * n_slots
+
+    @property
+    def busy(self) -> bool:
+        """Whether some slot has an episode (running or about to start)."""
+        return bool(self.running_slots)
 
     @abstractmethod
     def free_slots(self) -> list[int]:
@@ -71,23 +87,22 @@ class SlotEnv(ABC):
         """
 
     @abstractmethod
-    def step(self, actions: np.ndarray, slots: list[int]) -> tuple[list[float], list[int]]:
+    def step(self, actions: np.ndarray) -> list[int]:
         """
-        Step the running slots.
+        Step the running slots with their actions, adding to their episode returns and lengths.
 
         :param actions: One action per slot.
-        :param slots: The running slots, in increasing order.
-        :return: The reward of each running slot (in the order of ``slots``) and the slots whose episode ended.
+        :return: The slots whose episode ended.
         :raises SlotEnvError: if an environment raised.
         """
 
+    @abstractmethod
     def stop(self, slots: list[int]) -> None:
         """
-        Abandon the episodes running on ``slots``.
+        Abandon the episodes of ``slots``.
 
         :param slots: The slots.
         """
-        self.running[slots] = False
 
     @abstractmethod
     def close(self) -> None:
@@ -106,7 +121,8 @@ class EnvListSlots(SlotEnv):
         self.envs = envs
 
     def free_slots(self) -> list[int]:
-        return np.flatnonzero(~self.running).tolist()
+        running = set(self.running_slots)
+        return [slot for slot in range(self.n_slots) if slot not in running]
 
     def start(self, seeds: dict[int, int | None], options: dict[str, Any] | None) -> None:
         for slot, seed in seeds.items():
@@ -114,64 +130,50 @@ class EnvListSlots(SlotEnv):
                 self.observations[slot], _ = self.envs[slot].reset(seed=seed, options=options)
             except Exception as exc:
                 raise SlotEnvError(slot) from exc
-            self.running[slot] = True
+            self.episode_returns[slot] = 0.0
+            self.episode_lengths[slot] = 0
+        self.running_slots = sorted([*self.running_slots, *seeds])
 
-    def step(self, actions: np.ndarray, slots: list[int]) -> tuple[list[float], list[int]]:
-        rewards = []
+    def step(self, actions: np.ndarray) -> list[int]:
         finished = []
-        envs, observations = self.envs, self.observations
-        for slot in slots:
+        envs, observations, returns, lengths = self.envs, self.observations, self.episode_returns, self.episode_lengths
+        for slot in self.running_slots:
             try:
                 observations[slot], reward, terminated, truncated, _ = envs[slot].step(actions[slot])
             except Exception as exc:
                 raise SlotEnvError(slot) from exc
-            rewards.append(float(reward))
+            returns[slot] += float(reward)
+            lengths[slot] += 1
             if terminated or truncated:
                 finished.append(slot)
         if finished:
-            self.running[finished] = False
-        return rewards, finished
+            self.stop(finished)
+        return finished
+
+    def stop(self, slots: list[int]) -> None:
+        self.running_slots = [slot for slot in self.running_slots if slot not in slots]
 
     def close(self) -> None:
         for env in self.envs:
             env.close()
 
 
-class WaveSlots(SlotEnv):
-    """
-    Slots over any Stable-Baselines3 ``VecEnv`` or gymnasium ``VectorEnv``, reset together.
+class _BatchSlots(SlotEnv):
+    """Slots over a vectorised environment stepped as a whole, with numpy bookkeeping."""
 
-    :param env: The vectorised environment.
-    :param original_reward: Where to read rewards from when a ``VecNormalize`` inside ``env`` scales them.
-    """
-
-    def __init__(self, env: VecEnv | GymVectorEnv, original_reward: VecNormalize | None = None) -> None:
+    def __init__(self, env: VecEnv | GymVectorEnv, original_reward: VecNormalize | None) -> None:
         if isinstance(env, VecEnv):
             super().__init__(env.num_envs, env.observation_space, env.action_space)
         else:
             super().__init__(env.num_envs, env.single_observation_space, env.single_action_space)
         self.env = env
         self._original_reward = original_reward
+        self.running = np.zeros(self.n_slots, dtype=bool)
+        self.episode_returns = np.zeros(self.n_slots, np.float64)
+        self.episode_lengths = np.zeros(self.n_slots, np.int64)
 
-    def free_slots(self) -> list[int]:
-        return [] if self.running.any() else list(range(self.n_slots))
-
-    def start(self, seeds: dict[int, int | None], options: dict[str, Any] | None) -> None:
-        per_slot: list[int | None] = [seeds.get(slot) for slot in range(self.n_slots)]
-        try:
-            if isinstance(self.env, VecEnv):
-                self.env.unwrapped._seeds = per_slot
-                self.env.set_options(options)
-                observations = self.env.reset()
-            else:
-                seed: Any = per_slot if isinstance(self.env, AsyncVectorEnv) else per_slot[min(seeds)]
-                observations, _ = self.env.reset(seed=seed, options=options)
-        except Exception as exc:
-            raise SlotEnvError(None) from exc
-        self._store(observations)
-        self.running[list(seeds)] = True
-
-    def step(self, actions: np.ndarray, slots: list[int]) -> tuple[list[float], list[int]]:
+    def _step_all(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Step every sub-environment; :return: rewards and episode ends."""
         try:
             if isinstance(self.env, VecEnv):
                 observations, rewards, dones, _ = self.env.step(actions)
@@ -179,14 +181,33 @@ class WaveSlots(SlotEnv):
                     rewards = self._original_reward.get_original_reward()
             else:
                 observations, rewards, terminations, truncations, _ = self.env.step(actions)
-                dones = terminations | truncations
+                dones = np.logical_or(terminations, truncations)
         except Exception as exc:
             raise SlotEnvError(None) from exc
         self._store(observations)
-        finished = [slot for slot in slots if dones[slot]]
-        if finished:
-            self.running[finished] = False
-        return [float(rewards[slot]) for slot in slots], finished
+        return np.asarray(rewards, np.float64), np.asarray(dones, bool)
+
+    def _count(self, rewards: np.ndarray, dones: np.ndarray) -> list[int]:
+        """Add the step to the running episodes; :return: those that ended."""
+        running = self.running
+        self.episode_returns += np.where(running, rewards, 0.0)
+        self.episode_lengths += running
+        ended = running & dones
+        if not ended.any():
+            return []
+        running &= ~ended
+        self.running_slots = np.flatnonzero(running).tolist()
+        return np.flatnonzero(ended).tolist()
+
+    def _run(self, slots: list[int]) -> None:
+        self.running[slots] = True
+        self.episode_returns[slots] = 0.0
+        self.episode_lengths[slots] = 0
+        self.running_slots = np.flatnonzero(self.running).tolist()
+
+    def stop(self, slots: list[int]) -> None:
+        self.running[slots] = False
+        self.running_slots = np.flatnonzero(self.running).tolist()
 
     def _store(self, observations: Any) -> None:
         if isinstance(self.observations, np.ndarray):
@@ -196,6 +217,100 @@ class WaveSlots(SlotEnv):
 
     def close(self) -> None:
         self.env.close()
+
+
+class WaveSlots(_BatchSlots):
+    """
+    Slots over any Stable-Baselines3 ``VecEnv`` or a gymnasium ``AsyncVectorEnv``: all slots reset together, each
+    with its own seed; a new wave starts once every episode of the last one ended.
+
+    :param env: The vectorised environment.
+    :param original_reward: A ``VecNormalize`` inside ``env`` whose original (unscaled) rewards to count.
+    """
+
+    def free_slots(self) -> list[int]:
+        return [] if self.running_slots else list(range(self.n_slots))
+
+    def start(self, seeds: dict[int, int | None], options: dict[str, Any] | None) -> None:
+        per_slot = [seeds.get(slot) for slot in range(self.n_slots)]
+        try:
+            if isinstance(self.env, VecEnv):
+                self.env.unwrapped._seeds = per_slot  # VecEnv.seed() only offers seed + index
+                self.env.set_options(options)
+                observations = self.env.reset()
+            else:
+                observations, _ = cast(AsyncVectorEnv, self.env).reset(seed=per_slot, options=options)
+        except Exception as exc:
+            raise SlotEnvError(None) from exc
+        self._store(observations)
+        self._run(list(seeds))
+
+    def step(self, actions: np.ndarray) -> list[int]:
+        return self._count(*self._step_all(actions))
+
+
+class AutoresetSlots(_BatchSlots):
+    """
+    Slots over a gymnasium ``VectorEnv`` with next-step or same-step autoreset, reset as a whole with one seed.
+
+    :param env: The vector environment.
+    """
+
+    exact = False
+
+    def __init__(self, env: GymVectorEnv) -> None:
+        super().__init__(env, None)
+        self.vector_env = env
+        self.next_step_reset = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP) == AutoresetMode.NEXT_STEP
+        self._session = False
+        #: Slots whose next observation starts a fresh episode (their last one just ended).
+        self._fresh = np.zeros(self.n_slots, dtype=bool)
+        #: Slots given an episode that starts with the next step's observation (next-step autoreset).
+        self._pending = np.zeros(self.n_slots, dtype=bool)
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.running_slots) or bool(self._pending.any())
+
+    def free_slots(self) -> list[int]:
+        if not self.busy:
+            return list(range(self.n_slots))
+        return np.flatnonzero(self._fresh).tolist()
+
+    def start(self, seeds: dict[int, int | None], options: dict[str, Any] | None) -> None:
+        slots = list(seeds)
+        if not self.busy:
+            try:
+                observations, _ = self.vector_env.reset(seed=seeds[min(seeds)], options=options)
+            except Exception as exc:
+                raise SlotEnvError(None) from exc
+            self._store(observations)
+            self._fresh[:] = False
+            self._run(slots)
+        elif self.next_step_reset:
+            self._pending[slots] = True
+            self._fresh[slots] = False
+        else:
+            self._fresh[slots] = False
+            self._run(slots)
+
+    def step(self, actions: np.ndarray) -> list[int]:
+        rewards, dones = self._step_all(actions)
+        finished = self._count(rewards, dones)
+        # A sub-environment that ended resets on this step (same-step) or the next (next-step): either way its next
+        # episode is fresh only for one step; left unassigned it runs an episode nobody counts.
+        self._fresh[:] = False
+        if self._pending.any():
+            pending = np.flatnonzero(self._pending).tolist()
+            self._pending[:] = False
+            self._run(pending)  # this step's observation was the reset one
+        self._fresh[dones] = True
+        self._fresh[self.running] = False
+        return finished
+
+    def stop(self, slots: list[int]) -> None:
+        self._pending[slots] = False
+        super().stop(slots)
 
 
 def _index_observation(observations: Any, slot: int) -> Any:
@@ -211,13 +326,21 @@ def make_slot_env(env: VecEnv | GymVectorEnv, original_reward: VecNormalize | No
     Pick the fastest exact driver for ``env``.
 
     :param env: A Stable-Baselines3 ``VecEnv`` or a gymnasium ``VectorEnv``.
-    :param original_reward: A ``VecNormalize`` inside ``env`` whose original rewards to report.
+    :param original_reward: A ``VecNormalize`` inside ``env`` whose original rewards to count.
     :return: :class:`EnvListSlots` for a ``DummyVecEnv`` (under ``VecMonitor`` wrappers only) or a
-        ``SyncVectorEnv``, else :class:`WaveSlots`.
+        ``SyncVectorEnv``; :class:`WaveSlots` for other ``VecEnv`` and for ``AsyncVectorEnv``;
+        :class:`AutoresetSlots` for other gymnasium vector environments.
     """
     inner = env
     while isinstance(inner, VecMonitor):
         inner = inner.venv
     if isinstance(inner, DummyVecEnv | SyncVectorEnv) and original_reward is None:
         return EnvListSlots(list(inner.envs))
-    return WaveSlots(env, original_reward)
+    if isinstance(env, VecEnv | AsyncVectorEnv):
+        return WaveSlots(env, original_reward)
+    if env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP) == AutoresetMode.DISABLED:
+        raise ValueError(
+            f"{type(env).__name__} disables autoreset and cannot reset its sub-environments one by one with a seed "
+            "each; wrap its sub-environments in a SyncVectorEnv or a DummyVecEnv instead"
+        )
+    return AutoresetSlots(env)

@@ -55,7 +55,8 @@ class AsyncEval(CandidateEval):
            Defaults to 'forkserver' on available platforms, and 'spawn' otherwise.
     :param n_eval_episodes: The number of episodes to test each agent
     :param chunk_size: Candidates per task handed to a worker; by default about ``pop_size / (8 * n_workers)``.
-        It does not change results, only load balancing.
+        It does not change results, only load balancing (except for gymnasium vector envs that cannot seed their
+        sub-environments one by one, where each chunk is one seeded session of the env).
     :param candidate_timeout: Seconds one candidate's evaluation may take before its worker is stopped and
         :class:`~lit_sb3.workers.WorkerTimeoutError` raised; None for no limit.
     :param max_restarts: How many dead workers are replaced (their candidates re-run) before
@@ -128,11 +129,18 @@ class AsyncEval(CandidateEval):
             self._population = SharedArray((pop_size, self.n_params), np.float32)
         self._population.array[:pop_size] = weights
         spec = RoundSpec(population=self._population.handle, **spec_fields)
-        chunk = self.chunk_size or max(1, math.ceil(pop_size / (CHUNKS_PER_WORKER * self.n_workers)))
+        chunk = self.chunk_size or self._default_chunk_size(pop_size)
         payloads = [(spec, start, min(start + chunk, pop_size)) for start in range(0, pop_size, chunk)]
         labels = [f"candidates {start}-{stop - 1}" for _, start, stop in payloads]
         limits = [math.ceil(slots / (chunk * self.n_eval_episodes)) + 1 for slots in self.slot_counts]
         self._pending = self._pool.run_tasks("evaluate", payloads, labels=labels, in_flight_limits=limits)
+
+    def _default_chunk_size(self, pop_size: int) -> int:
+        chunk = math.ceil(pop_size / (CHUNKS_PER_WORKER * self.n_workers))
+        if not all(description["exact"] for description in self._pool.descriptions):
+            # A chunk is a session of an autoreset vector env: it must fill the sub-environments a few times over.
+            chunk = max(chunk, math.ceil(2 * max(self.slot_counts) / self.n_eval_episodes))
+        return min(max(1, chunk), math.ceil(pop_size / self.n_workers))
 
     def _finish_round(self) -> list[ChunkResult]:
         assert self._pending is not None
