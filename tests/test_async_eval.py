@@ -12,7 +12,7 @@ from stable_baselines3.common.env_util import make_vec_env
 
 from fixture_envs import scalar_vec_env
 from lit_sb3 import AsyncEval
-from lit_sb3.evaluation.candidate_eval import InProcessEval
+from lit_sb3.vec_env.candidate_eval import InProcessEval
 
 
 def random_population(policy: th.nn.Module, pop_size: int, seed: int = 0, scale: float = 1.0) -> np.ndarray:
