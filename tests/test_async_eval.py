@@ -124,3 +124,15 @@ def test_batched_gymnasium_and_pendulum_paths_agree(scalar_policy: LinearPolicy)
 def _pendulum_spaces() -> tuple:
     env = make_vec_env("Pendulum-v1")
     return env.observation_space, env.action_space
+
+
+def test_forkserver_is_the_default_and_spawn_works(scalar_policy: LinearPolicy) -> None:
+    weights = random_population(scalar_policy, 4)
+    outcomes = []
+    for start_method in [None, "spawn"]:
+        with AsyncEval([scalar_vec_env] * 2, scalar_policy, start_method=start_method) as ae:
+            expected_method = "forkserver" if start_method is None else start_method
+            assert ae._pool._backend.start_method == expected_method  # type: ignore[attr-defined]
+            ae.seed(1)
+            outcomes.append(as_arrays(evaluate(ae, weights, 4)))
+    np.testing.assert_array_equal(outcomes[0][0], outcomes[1][0])
