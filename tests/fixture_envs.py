@@ -23,8 +23,9 @@ class ScalarEnv(gym.Env):
 
     Episodes last ``length`` steps; with ``random_length`` the length is drawn from the reset seed (1 to
     ``length``). Options: ``{"start": x}`` sets the first observation. Hooks make it fail on purpose: when the
-    action exceeds ``trigger`` in magnitude, it does ``on_trigger`` ("raise", "sleep", "sigkill", "segfault"; the
-    last two only while ``marker`` does not exist, and they create it first, so a replacement worker survives).
+    action exceeds ``trigger`` in magnitude, it does ``on_trigger`` ("raise", "sleep", "exit", "sigkill", "segfault",
+    "interrupt"; the last three only while ``marker`` does not exist, and they create it first, so a replacement
+    worker survives).
     """
 
     def __init__(
@@ -84,6 +85,8 @@ class ScalarEnv(gym.Env):
             raise ValueError("step failed on purpose")
         if self.on_trigger == "sleep":
             time.sleep(3600)
+        if self.on_trigger == "exit":
+            raise SystemExit(3)
         if self.marker is not None and Path(self.marker).exists():
             return
         if self.marker is not None:
@@ -92,6 +95,8 @@ class ScalarEnv(gym.Env):
             os.kill(os.getpid(), signal.SIGKILL)
         if self.on_trigger == "segfault":
             ctypes.string_at(0)
+        if self.on_trigger == "interrupt":
+            raise KeyboardInterrupt
 
 
 class BrokenEnv(gym.Env):

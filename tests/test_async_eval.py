@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch as th
@@ -136,3 +137,25 @@ def test_forkserver_is_the_default_and_spawn_works(scalar_policy: LinearPolicy) 
             ae.seed(1)
             outcomes.append(as_arrays(evaluate(ae, weights, 4)))
     np.testing.assert_array_equal(outcomes[0][0], outcomes[1][0])
+
+
+def test_gymnasium_vector_envs_do_not_depend_on_the_number_of_workers() -> None:
+    """A vector-entry-point env cannot seed sub-environments one by one: chunks are seeded sessions of it."""
+    env_fn = functools.partial(gym.make_vec, "CartPole-v1", num_envs=4, vectorization_mode="vector_entry_point")
+    policy = LinearPolicy(*_spaces(env_fn))
+    weights = random_population(policy, 16, scale=0.3)
+    outcomes = []
+    for n_workers in [1, 2, 3]:
+        with AsyncEval([env_fn] * n_workers, policy, n_eval_episodes=2) as ae:
+            assert ae._pool.descriptions[0]["slot_env"] == "AutoresetSlots"
+            ae.seed(0)
+            outcomes.append(as_arrays(evaluate(ae, weights, 16)))
+    for returns, lengths in outcomes[1:]:
+        np.testing.assert_array_equal(returns, outcomes[0][0])
+        np.testing.assert_array_equal(lengths, outcomes[0][1])
+    assert np.all(outcomes[0][0] == outcomes[0][1])  # CartPole: one reward per step
+
+
+def _spaces(env_fn: functools.partial) -> tuple:
+    env = env_fn()
+    return env.single_observation_space, env.single_action_space

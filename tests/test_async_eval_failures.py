@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import types
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from stable_baselines3.common.running_mean_std import RunningMeanStd
 
 from fixture_envs import BrokenEnv, FragilePolicy, ScalarEnv, scalar_vec_env
 from lit_sb3 import AsyncEval, PoolClosedError, WorkerDiedError, WorkerError, WorkerTimeoutError
+from lit_sb3.vec_env import InProcessEval
 
 HUGE = 1e6  # a weight that drives ScalarEnv's action past its trigger
 
@@ -63,6 +65,37 @@ def test_step_error_names_worker_and_candidate_and_pool_stays_usable(scalar_poli
         assert "_misbehave" in str(error.value.__cause__)  # shown when the traceback is printed
         ae.send_jobs(population(8), 8)
         assert len(ae.get_results()) == 8
+
+
+def test_system_exit_in_an_environment_fails_the_candidate_not_the_worker(scalar_policy: LinearPolicy) -> None:
+    with AsyncEval([functools.partial(scalar_vec_env, trigger=100.0, on_trigger="exit")], scalar_policy) as ae:
+        ae.send_jobs(population(3, bad=(1,)), 3)
+        with pytest.raises(WorkerError, match="candidate 1") as error:
+            ae.get_results()
+        assert error.value.exception_type == "SystemExit"
+        ae.send_jobs(population(3), 3)
+        assert len(ae.get_results()) == 3
+        assert ae._pool.restarts == 0
+
+
+def test_arguments_a_worker_cannot_rebuild_fail_the_round_not_the_worker(scalar_policy: LinearPolicy) -> None:
+    ghost = types.ModuleType("lit_sb3_ghost_module")  # importable here, unknown to the workers
+    exec("class Level:\n    pass", ghost.__dict__)
+    ghost.Level.__module__ = ghost.__name__
+    sys.modules[ghost.__name__] = ghost
+    try:
+        with AsyncEval([scalar_vec_env] * 2, scalar_policy) as ae:
+            ae.set_options({"level": ghost.Level()})
+            ae.send_jobs(population(4), 4)
+            with pytest.raises(WorkerError, match="lit_sb3_ghost_module") as error:
+                ae.get_results()
+            assert error.value.exception_type == "ModuleNotFoundError"
+            ae.set_options(None)
+            ae.send_jobs(population(4), 4)
+            assert len(ae.get_results()) == 4
+            assert ae._pool.restarts == 0
+    finally:
+        del sys.modules[ghost.__name__]
 
 
 def test_reset_error_reaches_the_caller(scalar_policy: LinearPolicy) -> None:
@@ -148,6 +181,16 @@ def test_candidate_timeout_names_the_candidate(scalar_policy: LinearPolicy) -> N
         assert ae._pool.restarts == 0  # a timeout is not a crash
 
 
+def test_a_stuck_worker_never_blocks_the_pool(scalar_policy: LinearPolicy) -> None:
+    """Large messages to a worker that stopped reading queue up; the timeout still fires and close still works."""
+    env_fn = functools.partial(scalar_vec_env, trigger=100.0, on_trigger="sleep")
+    with AsyncEval([env_fn] * 2, scalar_policy, candidate_timeout=1.0, chunk_size=1) as ae:
+        ae.set_options({"ballast": np.zeros(8 * 2**20)})  # 64 MiB in every task
+        ae.send_jobs(population(4, bad=(0, 1)), 4)
+        with pytest.raises(WorkerTimeoutError):
+            ae.get_results()
+
+
 # -------------------------------------------------------------------------------------------------- bad input
 
 
@@ -196,6 +239,10 @@ def test_bad_calls_are_refused(pool: AsyncEval) -> None:
         pool.set_options([{}, {}, {}])
     with pytest.raises(TypeError, match="seed must be an int"):
         pool.seed("0")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="seed must be non-negative"):
+        pool.seed(-1)
+    with pytest.raises(ValueError, match=r"worker_index must be in \[0, 1\)"):
+        pool._pool.call(1, "get_obs_rms")
 
 
 @pytest.mark.parametrize(
@@ -208,7 +255,10 @@ def test_bad_calls_are_refused(pool: AsyncEval) -> None:
         ({"n_eval_episodes": 0}, ValueError, "n_eval_episodes must be at least 1"),
         ({"start_method": "teleport"}, ValueError, "start_method must be one of"),
         ({"chunk_size": 0}, ValueError, "chunk_size must be at least 1"),
-        ({"candidate_timeout": -1.0}, ValueError, "candidate_timeout must be a positive"),
+        ({"candidate_timeout": -1.0}, ValueError, "candidate_timeout must be positive"),
+        ({"candidate_timeout": "5"}, TypeError, "candidate_timeout must be a number of seconds"),
+        ({"max_restarts": True}, TypeError, "max_restarts must be an int"),
+        ({"max_restarts": -1}, ValueError, "max_restarts must be non-negative"),
     ],
 )
 def test_bad_construction_is_refused_before_starting_workers(
@@ -219,6 +269,27 @@ def test_bad_construction_is_refused_before_starting_workers(
     with pytest.raises(error, match=message):
         AsyncEval(**arguments)
     assert set(psutil.Process().children(recursive=True)) <= children_before
+
+
+def test_statistics_of_the_wrong_kind_are_refused(scalar_policy: LinearPolicy) -> None:
+    with AsyncEval([functools.partial(scalar_vec_env, normalize=True)], scalar_policy) as ae:
+        with pytest.raises(ValueError, match=r"obs_rms has mean shape \(5,\)"):
+            ae.sync_obs_rms(RunningMeanStd(shape=(5,)))
+        with pytest.raises(TypeError, match="obs_rms must be a RunningMeanStd"):
+            ae.sync_obs_rms({"observation": RunningMeanStd(shape=(2,))})  # type: ignore[arg-type]
+        ae.send_jobs(population(2), 2)
+        assert len(ae.get_results()) == 2  # nothing reached the workers
+
+
+def test_in_process_evaluation_resumes_after_ctrl_c(scalar_policy: LinearPolicy, tmp_path: Path) -> None:
+    env = scalar_vec_env(trigger=100.0, on_trigger="interrupt", marker=str(tmp_path / "interrupted"))
+    evaluator = InProcessEval(env, scalar_policy)
+    evaluator.seed(0)
+    evaluator.send_jobs(population(4, bad=(2,)), 4)
+    with pytest.raises(KeyboardInterrupt):
+        evaluator.get_results()
+    results = evaluator.get_results()  # the round goes on where it stopped
+    assert [index for index, _ in results] == [0, 1, 2, 3]
 
 
 def test_mismatched_spaces_are_reported(scalar_policy: LinearPolicy) -> None:
@@ -268,7 +339,7 @@ def test_close_after_an_error(scalar_policy: LinearPolicy) -> None:
     assert ae.closed
 
 
-def run_script(body: str, tmp_path: Path) -> subprocess.Popen:
+def run_script(body: str, tmp_path: Path, length: int = 10**7) -> subprocess.Popen:
     script = tmp_path / "script.py"
     script.write_text(
         textwrap.dedent(
@@ -283,7 +354,7 @@ def run_script(body: str, tmp_path: Path) -> subprocess.Popen:
             if __name__ == "__main__":
                 env = ScalarEnv()
                 policy = LinearPolicy(env.observation_space, env.action_space)
-                env_fn = functools.partial(scalar_vec_env, length=10**7)
+                env_fn = functools.partial(scalar_vec_env, length={length})
                 ae = AsyncEval([env_fn] * 2, policy)
                 print(*[handle.pid for handle in ae.remotes], flush=True)
                 ae.send_jobs(np.ones((2, 2), np.float32), 2)
@@ -299,6 +370,28 @@ def test_workers_exit_when_the_main_process_dies(tmp_path: Path) -> None:
     assert process.stdout is not None
     pids = [int(pid) for pid in process.stdout.readline().split()]
     assert len(pids) == 2
+    process.kill()
+    process.wait()
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline and any(psutil.pid_exists(pid) for pid in pids):
+        time.sleep(0.1)
+    assert not any(psutil.pid_exists(pid) for pid in pids)
+
+
+def test_workers_stuck_in_their_environment_exit_when_the_main_process_dies(tmp_path: Path) -> None:
+    body = """
+    ae.get_results()  # the first round of the script has finished
+    stuck = AsyncEval([functools.partial(scalar_vec_env, trigger=0.0, on_trigger="sleep")] * 2, policy)
+    print(*[handle.pid for handle in stuck.remotes], flush=True)
+    stuck.send_jobs(np.ones((2, 2), np.float32), 2)
+    time.sleep(600)
+    """
+    process = run_script(body, tmp_path, length=10)
+    assert process.stdout is not None
+    process.stdout.readline()
+    pids = [int(pid) for pid in process.stdout.readline().split()]
+    assert len(pids) == 2
+    time.sleep(1.0)  # the workers are inside env.step, asleep
     process.kill()
     process.wait()
     deadline = time.monotonic() + 5.0

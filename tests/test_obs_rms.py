@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 from sb3_contrib.ars.policies import LinearPolicy
 from stable_baselines3.common.running_mean_std import RunningMeanStd
+from stable_baselines3.common.vec_env import VecEnv, VecFrameStack, VecMonitor
 
 from fixture_envs import scalar_vec_env
 from lit_sb3 import AsyncEval
-from lit_sb3.vec_env.obs_rms import merge_obs_rms, subtract_running_mean_std
+from lit_sb3.evaluation.obs_rms import merge_obs_rms, subtract_running_mean_std
 
 
 def statistics_of(batches: list[np.ndarray]) -> RunningMeanStd:
@@ -90,3 +91,27 @@ def test_normalisation_is_frozen_within_a_round_and_synced_between(scalar_policy
             outcomes.append(np.array(rounds))
     np.testing.assert_allclose(outcomes[0], outcomes[1], rtol=1e-12)
     assert not np.allclose(outcomes[0][0], outcomes[0][2])  # normalisation changed between rounds
+
+
+@pytest.mark.parametrize("wrap", ["monitor_outside", "frame_stack_outside"])
+def test_normalisation_under_other_wrappers_is_frozen_too(scalar_policy: LinearPolicy, wrap: str) -> None:
+    """VecNormalize under VecMonitor (peeled) or under VecFrameStack (kept, updates turned off) is frozen per round."""
+    wrapper = VecMonitor if wrap == "monitor_outside" else functools.partial(VecFrameStack, n_stack=1)
+    env_fn = functools.partial(_wrapped_normalized_env, wrapper)
+    weights = np.random.default_rng(4).normal(size=(8, 2)).astype(np.float32)
+    outcomes = []
+    for n_workers in [1, 2]:
+        with AsyncEval([env_fn] * n_workers, scalar_policy) as ae:
+            ae.seed(2)
+            rounds = []
+            for _ in range(3):
+                ae.send_jobs(weights, 8)
+                rounds.append([returns for _, (returns, _) in ae.get_results()])
+                ae.sync_obs_rms(ae.merge_obs_rms())
+            outcomes.append(np.array(rounds))
+            assert ae.synced_obs_rms[0].count > 100
+    np.testing.assert_allclose(outcomes[0], outcomes[1], rtol=1e-12)
+
+
+def _wrapped_normalized_env(wrapper: type) -> VecEnv:
+    return wrapper(scalar_vec_env(normalize=True, random_length=True))

@@ -117,3 +117,16 @@ def test_float64_observations_are_cast_like_predict() -> None:
     observations = rng.normal(0.0, 3.0, (1, 5))
     with th.no_grad():
         np.testing.assert_allclose(batched.act(observations, [0]), predict(policy, weights, observations), rtol=1e-6)
+
+
+def test_image_observations_take_the_torch_path() -> None:
+    """SB3 scales image observations by 1/255 before the network: the numpy kernel leaves those to torch."""
+    rng = np.random.default_rng(4)
+    image_space = spaces.Box(0, 255, shape=(4, 4, 3), dtype=np.uint8)
+    policy = ActorCriticPolicy(image_space, BOX, constant, net_arch=[8])
+    batched = make_batched_policy(policy, 1)
+    assert isinstance(batched, TorchPolicyCopies)
+    weights = flat_weights(policy, rng)
+    batched.load(0, weights)
+    observations = rng.integers(0, 256, size=(1, 4, 4, 3), dtype=np.uint8)
+    np.testing.assert_array_equal(batched.act(observations, [0]), predict(policy, weights, observations))

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple
 
 import gymnasium as gym
@@ -13,9 +12,10 @@ import numpy as np
 from gymnasium.vector import VectorEnv as GymVectorEnv
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.running_mean_std import RunningMeanStd
-from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecNormalize, unwrap_vec_normalize
+from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecMonitor, VecNormalize, unwrap_vec_normalize
 
-from lit_sb3.evaluation.normalization import ObservationNormalizer
+from lit_sb3.evaluation.normalization import FrozenNormalizer, ObservationNormalizer, WrappedNormalizer
+from lit_sb3.evaluation.obs_rms import check_same_statistics
 from lit_sb3.evaluation.policy_kernels import make_batched_policy
 from lit_sb3.evaluation.seeding import episode_seed
 from lit_sb3.evaluation.slot_envs import SlotEnvError, make_slot_env
@@ -61,7 +61,6 @@ class _Request:
     episode_returns: np.ndarray
     episode_lengths: np.ndarray
     remaining: int
-    started_at: dict[int, float] = field(default_factory=dict)
 
 
 def make_vec_env_from(env: VecEnv | GymVectorEnv | gym.Env) -> VecEnv | GymVectorEnv:
@@ -76,6 +75,13 @@ def make_vec_env_from(env: VecEnv | GymVectorEnv | gym.Env) -> VecEnv | GymVecto
     raise TypeError(
         f"envs_fn must return a Stable-Baselines3 VecEnv, a gymnasium VectorEnv or a gymnasium Env, got {type(env)!r}"
     )
+
+
+def _peel_monitors(env: VecEnv | GymVectorEnv) -> VecEnv | GymVectorEnv:
+    # VecMonitor only records episode statistics, which the evaluation computes itself.
+    while isinstance(env, VecMonitor):
+        env = env.venv
+    return env
 
 
 def _single_spaces(env: VecEnv | GymVectorEnv) -> tuple[gym.Space, gym.Space]:
@@ -111,11 +117,14 @@ class CandidateEvaluator(WorkerApp):
             )
         self.vec_normalize = unwrap_vec_normalize(env) if isinstance(env, VecEnv) else None
         self.normalizer: ObservationNormalizer | None = None
-        if isinstance(env, VecNormalize) and isinstance(observation_space, gym.spaces.Box):
-            # Outermost VecNormalize on Box observations: normalise here, with statistics frozen per round.
-            self.normalizer = ObservationNormalizer(env)
-            self.slots = make_slot_env(env.venv)
+        outer = _peel_monitors(env)
+        if isinstance(outer, VecNormalize) and isinstance(observation_space, gym.spaces.Box):
+            # Normalise here and step what is below the VecNormalize (as fast as without one).
+            self.normalizer = FrozenNormalizer(outer)
+            self.slots = make_slot_env(outer.venv)
         else:
+            if self.vec_normalize is not None:
+                self.normalizer = WrappedNormalizer(self.vec_normalize)
             self.slots = make_slot_env(env, self.vec_normalize)
         self.policy = make_batched_policy(policy, self.slots.n_slots)
         self.n_eval_episodes = n_eval_episodes
@@ -159,6 +168,7 @@ class CandidateEvaluator(WorkerApp):
         """
         if self.vec_normalize is None:
             raise ValueError("sync_obs_rms: the worker's environment has no VecNormalize")
+        check_same_statistics(obs_rms, self.vec_normalize.obs_rms)
         self.get_obs_rms()  # what was collected before the sync belongs to the old statistics
         self.vec_normalize.obs_rms = obs_rms  # type: ignore[assignment]  # SB3 annotates it as a dict only
 
@@ -174,16 +184,18 @@ class CandidateEvaluator(WorkerApp):
             if self.normalizer is not None:
                 self.normalizer.freeze()
         n_candidates, n_episodes = stop - first, self.n_eval_episodes
+        episodes = [
+            _Episode(request_id, candidate, episode, episode_seed(spec.base_seed, spec.round_index, candidate, episode))
+            for candidate in range(first, stop)
+            for episode in range(n_episodes)
+        ]
         self._requests[request_id] = _Request(
             first,
             np.zeros((n_candidates, n_episodes), np.float64),
             np.zeros((n_candidates, n_episodes), np.int64),
             n_candidates * n_episodes,
         )
-        for candidate in range(first, stop):
-            for episode in range(n_episodes):
-                seed = episode_seed(spec.base_seed, spec.round_index, candidate, episode)
-                self._queue.append(_Episode(request_id, candidate, episode, seed))
+        self._queue.extend(episodes)
 
     @property
     def busy(self) -> bool:
@@ -206,7 +218,7 @@ class CandidateEvaluator(WorkerApp):
                 ended = slots.step(policy.act(observations, running))
             except SlotEnvError as failure:
                 raise self._task_error(failure.slot) from failure.__cause__
-            except Exception as exc:
+            except (Exception, SystemExit) as exc:  # SystemExit from an environment fails its task, not the worker
                 raise self._task_error(None) from exc
             if ended:
                 for slot in ended:
@@ -244,7 +256,6 @@ class CandidateEvaluator(WorkerApp):
         # Without per-slot seeding, a session of the environment serves one task only (see AutoresetSlots).
         session = None if self.slots.exact or not self.slots.busy else self._session_request
         seeds: dict[int, int | None] = {}
-        now = time.monotonic()
         for slot in free:
             if not self._queue or (session is not None and self._queue[0].request_id != session):
                 break
@@ -256,12 +267,11 @@ class CandidateEvaluator(WorkerApp):
                 self._slot_loaded[slot] = None
                 try:
                     self.policy.load(slot, self._population[episode.candidate])
-                except Exception as exc:
+                except (Exception, SystemExit) as exc:
                     raise TaskError(episode.request_id, episode.candidate) from exc
                 self._slot_loaded[slot] = loaded
             seeds[slot] = episode.seed
-            started_at = self._requests[episode.request_id].started_at.setdefault(episode.candidate, now)
-            self.mark_started(slot, episode.candidate, episode.request_id, started_at)
+            self.mark_started(slot, episode.candidate, episode.request_id)
         if not seeds:
             return
         self._assigned += len(seeds)

@@ -20,6 +20,7 @@ import torch as th
 from gymnasium import spaces
 from stable_baselines3.common.distributions import CategoricalDistribution, DiagGaussianDistribution
 from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
+from stable_baselines3.common.preprocessing import is_image_space
 from stable_baselines3.common.torch_layers import FlattenExtractor
 from stable_baselines3.sac.policies import Actor as SACActor
 from stable_baselines3.sac.policies import SACPolicy
@@ -222,6 +223,8 @@ def mlp_layout(policy: BasePolicy) -> MlpLayout | None:
     observation_space, action_space = policy.observation_space, policy.action_space
     if not isinstance(observation_space, spaces.Box) or not isinstance(action_space, spaces.Box | spaces.Discrete):
         return None
+    if getattr(policy, "normalize_images", False) and is_image_space(observation_space):
+        return None  # torch's preprocessing scales images by 1/255
     offsets = _parameter_offsets(policy)
     is_box = isinstance(action_space, spaces.Box)
     modules: list[nn.Module] = []

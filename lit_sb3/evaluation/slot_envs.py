@@ -128,7 +128,7 @@ class EnvListSlots(SlotEnv):
         for slot, seed in seeds.items():
             try:
                 self.observations[slot], _ = self.envs[slot].reset(seed=seed, options=options)
-            except Exception as exc:
+            except (Exception, SystemExit) as exc:  # a Ctrl-C in this process is not the environment's failure
                 raise SlotEnvError(slot) from exc
             self.episode_returns[slot] = 0.0
             self.episode_lengths[slot] = 0
@@ -140,7 +140,7 @@ class EnvListSlots(SlotEnv):
         for slot in self.running_slots:
             try:
                 observations[slot], reward, terminated, truncated, _ = envs[slot].step(actions[slot])
-            except Exception as exc:
+            except (Exception, SystemExit) as exc:
                 raise SlotEnvError(slot) from exc
             returns[slot] += float(reward)
             lengths[slot] += 1
@@ -182,7 +182,7 @@ class _BatchSlots(SlotEnv):
             else:
                 observations, rewards, terminations, truncations, _ = self.env.step(actions)
                 dones = np.logical_or(terminations, truncations)
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:
             raise SlotEnvError(None) from exc
         self._store(observations)
         return np.asarray(rewards, np.float64), np.asarray(dones, bool)
@@ -240,7 +240,7 @@ class WaveSlots(_BatchSlots):
                 observations = self.env.reset()
             else:
                 observations, _ = cast(AsyncVectorEnv, self.env).reset(seed=per_slot, options=options)
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:
             raise SlotEnvError(None) from exc
         self._store(observations)
         self._run(list(seeds))
@@ -282,7 +282,7 @@ class AutoresetSlots(_BatchSlots):
         if not self.busy:
             try:
                 observations, _ = self.vector_env.reset(seed=seeds[min(seeds)], options=options)
-            except Exception as exc:
+            except (Exception, SystemExit) as exc:
                 raise SlotEnvError(None) from exc
             self._store(observations)
             self._fresh[:] = False

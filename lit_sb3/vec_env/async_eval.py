@@ -13,8 +13,8 @@ import numpy as np
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.vec_env import VecEnv
 
-from lit_sb3.vec_env.candidate_eval import CandidateEval, ChunkResult, check_positive_int
 from lit_sb3.evaluation.evaluator import CandidateEvaluator, RoundSpec
+from lit_sb3.vec_env.candidate_eval import CandidateEval, ChunkResult, check_positive_int
 from lit_sb3.workers.backend import Backend, WorkerHandle
 from lit_sb3.workers.local import LocalBackend
 from lit_sb3.workers.pool import WorkerPool
@@ -22,6 +22,8 @@ from lit_sb3.workers.shared_array import SharedArray
 
 #: Chunks per worker and round when ``chunk_size`` is not given: small enough to balance uneven episode lengths.
 CHUNKS_PER_WORKER = 8
+#: Episodes per sub-environment in a chunk of an autoreset vector env (see ``AutoresetSlots``).
+SESSION_FILLS = 2
 
 
 class AsyncEval(CandidateEval):
@@ -57,8 +59,8 @@ class AsyncEval(CandidateEval):
     :param chunk_size: Candidates per task handed to a worker; by default about ``pop_size / (8 * n_workers)``.
         It does not change results, only load balancing (except for gymnasium vector envs that cannot seed their
         sub-environments one by one, where each chunk is one seeded session of the env).
-    :param candidate_timeout: Seconds one candidate's evaluation may take before its worker is stopped and
-        :class:`~lit_sb3.workers.WorkerTimeoutError` raised; None for no limit.
+    :param candidate_timeout: Seconds one episode of a candidate may take before its worker is stopped and
+        :class:`~lit_sb3.workers.WorkerTimeoutError` raised (naming the candidate); None for no limit.
     :param max_restarts: How many dead workers are replaced (their candidates re-run) before
         :class:`~lit_sb3.workers.WorkerDiedError` is raised.
     :param backend: Where workers run; local processes started with ``start_method`` by default.
@@ -86,10 +88,17 @@ class AsyncEval(CandidateEval):
         super().__init__(train_policy, n_eval_episodes, n_workers=len(envs_fn))
         if chunk_size is not None:
             check_positive_int("chunk_size", chunk_size)
-        if candidate_timeout is not None and not candidate_timeout > 0:
-            raise ValueError(f"candidate_timeout must be a positive number of seconds or None, got {candidate_timeout}")
-        if not isinstance(max_restarts, int) or max_restarts < 0:
-            raise ValueError(f"max_restarts must be a non-negative int, got {max_restarts!r}")
+        if candidate_timeout is not None:
+            if not isinstance(candidate_timeout, int | float) or isinstance(candidate_timeout, bool):
+                raise TypeError(
+                    f"candidate_timeout must be a number of seconds or None, got {type(candidate_timeout)!r}"
+                )
+            if not candidate_timeout > 0:
+                raise ValueError(f"candidate_timeout must be positive, got {candidate_timeout}")
+        if not isinstance(max_restarts, int) or isinstance(max_restarts, bool):
+            raise TypeError(f"max_restarts must be an int, got {type(max_restarts)!r}")
+        if max_restarts < 0:
+            raise ValueError(f"max_restarts must be non-negative, got {max_restarts}")
         if backend is None:
             backend = LocalBackend(start_method)
         policy = copy.deepcopy(train_policy).to("cpu")
@@ -136,11 +145,11 @@ class AsyncEval(CandidateEval):
         self._pending = self._pool.run_tasks("evaluate", payloads, labels=labels, in_flight_limits=limits)
 
     def _default_chunk_size(self, pop_size: int) -> int:
-        chunk = math.ceil(pop_size / (CHUNKS_PER_WORKER * self.n_workers))
         if not all(description["exact"] for description in self._pool.descriptions):
-            # A chunk is a session of an autoreset vector env: it must fill the sub-environments a few times over.
-            chunk = max(chunk, math.ceil(2 * max(self.slot_counts) / self.n_eval_episodes))
-        return min(max(1, chunk), math.ceil(pop_size / self.n_workers))
+            # A chunk is a seeded session of an autoreset vector env, so its size decides results: it depends on
+            # the sub-environments only (never on the number of workers), filling them a few times over.
+            return math.ceil(SESSION_FILLS * max(self.slot_counts) / self.n_eval_episodes)
+        return max(1, math.ceil(pop_size / (CHUNKS_PER_WORKER * self.n_workers)))
 
     def _finish_round(self) -> list[ChunkResult]:
         assert self._pending is not None

@@ -16,7 +16,7 @@ from stable_baselines3.common.running_mean_std import RunningMeanStd
 from stable_baselines3.common.vec_env import VecEnv
 
 from lit_sb3.evaluation.evaluator import CandidateEvaluator, RoundSpec
-from lit_sb3.vec_env.obs_rms import ObsRms, copy_obs_rms, merge_obs_rms
+from lit_sb3.evaluation.obs_rms import ObsRms, check_same_statistics, copy_obs_rms, merge_obs_rms
 from lit_sb3.workers.app import TaskError
 from lit_sb3.workers.errors import PoolClosedError
 
@@ -104,9 +104,9 @@ class CandidateEval(ABC):
             "base_seed": self._base_seed,
             "options": self._options,
         }
+        self._round_serial += 1  # before anything can fail: a serial is never reused
         self._start_round(weights, spec_fields, pop_size)
         self._pending_size = pop_size
-        self._round_serial += 1
         self._round_index += 1
 
     def seed(self, seed: int | None = None) -> list[int | None]:
@@ -124,6 +124,8 @@ class CandidateEval(ABC):
         self._check_open()
         if seed is not None and (not isinstance(seed, int | np.integer) or isinstance(seed, bool)):
             raise TypeError(f"seed must be an int or None, got {type(seed)!r}")
+        if seed is not None and seed < 0:
+            raise ValueError(f"seed must be non-negative, got {seed}")
         self._base_seed = None if seed is None else int(seed)
         self._round_index = 0
         return [self._base_seed] * self.n_workers
@@ -198,8 +200,8 @@ class CandidateEval(ABC):
         self._check_idle("sync_obs_rms")
         if all(synced is None for synced in self._synced_obs_rms):
             raise ValueError("sync_obs_rms: the workers' environments have no VecNormalize (nothing to synchronise)")
-        if not isinstance(obs_rms, RunningMeanStd | dict):
-            raise TypeError(f"obs_rms must be a RunningMeanStd (or a dict of them), got {type(obs_rms)!r}")
+        reference = next(synced for synced in self._synced_obs_rms if synced is not None)
+        check_same_statistics(obs_rms, reference)
         self._sync_workers(obs_rms)
         self._synced_obs_rms = [copy_obs_rms(obs_rms) for _ in range(self.n_workers)]
 
@@ -220,7 +222,7 @@ class CandidateEval(ABC):
     def merge_obs_rms(self, base: ObsRms | None = None) -> ObsRms:
         """
         Merge what the workers observed since the last sync, counting every observation once
-        (see :mod:`lit_sb3.vec_env.obs_rms`).
+        (see :mod:`lit_sb3.evaluation.obs_rms`).
 
         :param base: Statistics to add the new observations to; by default the last synced ones.
         :return: The merged statistics, ready for :meth:`sync_obs_rms`.
@@ -275,15 +277,20 @@ class InProcessEval(CandidateEval):
 
     def _finish_round(self) -> list[ChunkResult]:
         try:
-            while True:
+            while self._evaluator.busy:
                 for _, result in self._evaluator.advance():
                     return [result]
+        except KeyboardInterrupt:
+            raise  # the round stays where it was: get_results() goes on with it
         except TaskError as error:
+            self._evaluator.cancel(None)
             if error.__cause__ is None:
                 raise
             raise error.__cause__ from None
-        finally:
+        except BaseException:
             self._evaluator.cancel(None)
+            raise
+        raise RuntimeError("the round was lost: the evaluator has nothing left to run")
 
     def _worker_obs_rms(self) -> list[Any]:
         return [self._evaluator.get_obs_rms()]

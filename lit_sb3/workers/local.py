@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing as mp
+import os
+import queue
+import signal
 import threading
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
@@ -15,6 +18,8 @@ from lit_sb3.workers.worker import worker_main
 
 #: Modules the fork server imports once, so that each worker starts without importing torch again.
 FORKSERVER_PRELOAD = ["lit_sb3.evaluation.evaluator", "lit_sb3.workers.worker"]
+#: Seconds a writer thread gets to finish when its worker is released.
+WRITER_JOIN_TIMEOUT = 1.0
 
 
 def default_start_method() -> str:
@@ -26,6 +31,9 @@ class LocalWorker(WorkerHandle):
     """
     A worker process and the main end of its pipe.
 
+    Messages are written by a thread of the handle's own, so that a worker that stops reading (stuck in its
+    environment) never blocks the pool's dispatcher.
+
     :param worker_index: Index of the worker in the pool.
     :param process: The started process.
     :param connection: The main end of its pipe.
@@ -35,6 +43,11 @@ class LocalWorker(WorkerHandle):
         self.worker_index = worker_index
         self.process = process
         self.connection = connection
+        self._outbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._writer = threading.Thread(
+            target=self._write, name=f"lit-sb3-writer-{worker_index}-{process.pid}", daemon=True
+        )
+        self._writer.start()
 
     @property
     def pid(self) -> int | None:
@@ -42,7 +55,14 @@ class LocalWorker(WorkerHandle):
         return self.process.pid
 
     def send(self, message: Any) -> None:
-        self.connection.send(message)
+        self._outbox.put(message)
+
+    def _write(self) -> None:
+        while (message := self._outbox.get()) is not None:
+            try:
+                self.connection.send(message)
+            except (OSError, ValueError):
+                return  # the worker is gone; the pool learns it from the process sentinel
 
     def recv(self) -> Any:
         return self.connection.recv()
@@ -57,6 +77,10 @@ class LocalWorker(WorkerHandle):
         return f"pid {self.process.pid}, {describe_exit(self.process.exitcode)}"
 
     def kill(self) -> None:
+        # The worker leads its own process group: take what its environments started along with it.
+        if self.process.pid is not None:
+            with contextlib.suppress(OSError):
+                os.killpg(self.process.pid, signal.SIGKILL)
         with contextlib.suppress(OSError, ValueError):
             self.process.kill()
 
@@ -65,6 +89,11 @@ class LocalWorker(WorkerHandle):
         return self.process.exitcode is not None
 
     def release(self) -> None:
+        if self.process.pid is not None:  # stragglers of the worker's process group
+            with contextlib.suppress(OSError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+        self._outbox.put(None)
+        self._writer.join(WRITER_JOIN_TIMEOUT)
         self.connection.close()
         with contextlib.suppress(ValueError):
             self.process.close()
@@ -88,15 +117,16 @@ class LocalBackend(Backend):
         self._context = mp.get_context(start_method)
         if start_method == "forkserver":
             self._context.set_forkserver_preload(FORKSERVER_PRELOAD)
-        self._wake_reader, self._wake_writer = mp.Pipe(duplex=False)
-        self._wake_lock = threading.Lock()
-        self._woken = False
+        self._lifeline_reader, self._lifeline_writer = self._context.Pipe(duplex=False)
+        self._wake_reader, self._wake_writer = os.pipe()
+        os.set_blocking(self._wake_reader, False)
+        os.set_blocking(self._wake_writer, False)
 
     def start_worker(self, worker_index: int, app_factory: bytes) -> LocalWorker:
         main_end, worker_end = self._context.Pipe(duplex=True)
         process = self._context.Process(  # type: ignore[attr-defined]
             target=worker_main,
-            args=(worker_end, worker_index, app_factory),
+            args=(worker_end, self._lifeline_reader, worker_index, app_factory),
             name=f"lit-sb3-worker-{worker_index}",
             daemon=False,  # workers may start processes of their own (SubprocVecEnv)
         )
@@ -112,14 +142,13 @@ class LocalBackend(Backend):
             by_object[handle.process.sentinel] = (handle, True)
         ready = wait([*by_object, self._wake_reader], timeout)
         if self._wake_reader in ready:
-            with self._wake_lock:
-                while self._wake_reader.poll():
-                    self._wake_reader.recv_bytes()
-                self._woken = False
+            with contextlib.suppress(BlockingIOError):
+                while os.read(self._wake_reader, 4096):
+                    pass
         readable: list[WorkerHandle] = []
         dead: list[WorkerHandle] = []
         for item in ready:
-            if item is self._wake_reader:
+            if item == self._wake_reader:
                 continue
             handle, is_sentinel = by_object[item]
             target = dead if is_sentinel else readable
@@ -128,11 +157,11 @@ class LocalBackend(Backend):
         return readable, dead
 
     def wake(self) -> None:
-        with self._wake_lock:
-            if not self._woken:
-                self._woken = True
-                self._wake_writer.send_bytes(b"")
+        with contextlib.suppress(BlockingIOError):  # a full pipe is awake enough
+            os.write(self._wake_writer, b"\0")
 
     def close(self) -> None:
-        self._wake_reader.close()
-        self._wake_writer.close()
+        self._lifeline_writer.close()
+        self._lifeline_reader.close()
+        os.close(self._wake_reader)
+        os.close(self._wake_writer)

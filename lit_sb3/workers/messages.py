@@ -22,14 +22,14 @@ class Request:
 
     :param request_id: Unique id; the worker answers with exactly one :class:`Reply` carrying it.
     :param method: Name of the app method.
-    :param args: Positional arguments.
+    :param args: Positional arguments, pickled (so that arguments a worker cannot rebuild fail the request only).
     :param is_task: Task requests are pipelined (the worker accepts more while it runs them); control
         requests run only once every earlier request has been answered.
     """
 
     request_id: int
     method: str
-    args: tuple[Any, ...]
+    args: bytes
     is_task: bool
 
 

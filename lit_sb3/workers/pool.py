@@ -20,12 +20,7 @@ import numpy as np
 
 from lit_sb3.workers.app import PROGRESS_COLUMNS, WorkerApp
 from lit_sb3.workers.backend import Backend, WorkerHandle
-from lit_sb3.workers.errors import (
-    PoolClosedError,
-    WorkerDiedError,
-    WorkerError,
-    WorkerTimeoutError,
-)
+from lit_sb3.workers.errors import PoolClosedError, WorkerDiedError, WorkerError, WorkerTimeoutError
 from lit_sb3.workers.local import LocalBackend
 from lit_sb3.workers.messages import (
     ATTACH_PROGRESS_METHOD,
@@ -41,6 +36,8 @@ from lit_sb3.workers.shared_array import SharedArray
 CLOSE_GRACE_PERIOD = 3.0
 #: Seconds between two reads of the progress boards when a timeout is set.
 PROGRESS_CHECK_INTERVAL = 0.1
+#: ``exception_type`` of the failure a worker answers a cancelled task with.
+CANCELLED = "Cancelled"
 
 _live_pools: weakref.WeakSet[WorkerPool] = weakref.WeakSet()
 
@@ -51,13 +48,20 @@ def _close_live_pools() -> None:
         pool.close()
 
 
+def _new_future() -> Future:
+    future: Future = Future()
+    future.set_running_or_notify_cancel()  # only the pool resolves it: callers cannot cancel it under our feet
+    return future
+
+
 @dataclass
 class _Call:
-    """A control request: to one worker, answered through ``future`` (None for replays nobody waits on)."""
+    """A control request to one worker, answered through ``future`` (None for replays nobody waits on)."""
 
     method: str
-    args: tuple[Any, ...]
+    args: bytes
     future: Future | None
+    sticky: bool = False
 
 
 @dataclass
@@ -65,7 +69,7 @@ class _Job:
     """Tasks handed out to whichever worker has room, each answered once."""
 
     method: str
-    payloads: list[tuple[Any, ...]]
+    payloads: list[bytes]
     labels: list[str]
     in_flight_limits: list[int]
     future: Future
@@ -91,7 +95,7 @@ class _Slot:
     ready: bool = False
     in_flight: dict[int, _Call | tuple[_Job, int]] = field(default_factory=dict)
     waiting_calls: deque[_Call] = field(default_factory=deque)
-    sticky: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    sticky: dict[str, _Call] = field(default_factory=dict)
     board: SharedArray | None = None
     expected_death: bool = False
 
@@ -106,6 +110,7 @@ class WorkerPool:
     Control calls go to one worker or all of them; jobs are lists of tasks that workers take as they have room
     (a worker holds at most a few at once, so the load balances itself). A background thread does all the talking
     to workers: it notices a dead worker at once, starts a replacement and hands its unfinished tasks to others.
+    Arguments are pickled in the caller's thread, so an argument that cannot be pickled raises right there.
 
     :param app_factories: One callable per worker, building its app inside the worker.
     :param backend: Where the workers run; local processes (forkserver) by default.
@@ -124,7 +129,7 @@ class WorkerPool:
         unit_name: str = "unit",
     ) -> None:
         if len(app_factories) == 0:
-            raise ValueError("a pool needs at least one worker")
+            raise ValueError("app_factories is empty: a pool needs at least one worker")
         self.unit_name = unit_name
         self.max_restarts = max_restarts
         self.restarts = 0
@@ -133,6 +138,8 @@ class WorkerPool:
         self._factories = [cloudpickle.dumps(factory) for factory in app_factories]
         self._request_ids = itertools.count()
         self._commands: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._commands_lock = threading.Lock()
+        self._accepting = True
         self._closed = False
         self._stopping = False
         self._broken: BaseException | None = None
@@ -180,17 +187,19 @@ class WorkerPool:
         :return: Future of the method's return value.
         """
         self._check_usable()
-        future: Future = Future()
-        call = _Call(method, args, future)
+        if not 0 <= worker_index < self.n_workers:
+            raise ValueError(f"worker_index must be in [0, {self.n_workers}), got {worker_index}")
+        call = _Call(method, cloudpickle.dumps(args), _new_future(), sticky)
 
         def command() -> None:
             slot = self._slots[worker_index]
             if sticky:
-                slot.sticky[method] = args
+                slot.sticky[method] = call
             slot.waiting_calls.append(call)
 
         self._submit(command)
-        return future
+        assert call.future is not None
+        return call.future
 
     def call_all(self, method: str, args_per_worker: Sequence[tuple[Any, ...]], *, sticky: bool = False) -> list[Any]:
         """
@@ -201,6 +210,8 @@ class WorkerPool:
         :param sticky: Replay the call on replacements of the workers.
         :return: The return value of each worker.
         """
+        if len(args_per_worker) != self.n_workers:
+            raise ValueError(f"args_per_worker has {len(args_per_worker)} entries for {self.n_workers} workers")
         futures = [self.call(i, method, *args, sticky=sticky) for i, args in enumerate(args_per_worker)]
         return [future.result() for future in futures]
 
@@ -222,26 +233,16 @@ class WorkerPool:
         :return: Future of the list of task results, in payload order.
         """
         self._check_usable()
-        job = _Job(method, payloads, labels, in_flight_limits, Future())
+        if len(labels) != len(payloads) or len(in_flight_limits) != self.n_workers:
+            raise ValueError("run_tasks needs one label per payload and one in-flight limit per worker")
+        job = _Job(
+            method, [cloudpickle.dumps(payload) for payload in payloads], labels, in_flight_limits, _new_future()
+        )
         if not payloads:
             job.future.set_result([])
             return job.future
         self._submit(lambda: self._jobs.append(job))
         return job.future
-
-    def cancel(self, future: Future) -> None:
-        """
-        Stop a job started by :meth:`run_tasks`: its queued tasks are dropped and running ones cancelled.
-
-        :param future: The job's future.
-        """
-
-        def command() -> None:
-            for job in self._jobs:
-                if job.future is future:
-                    self._fail_job(job, PoolClosedError("the job was cancelled"))
-
-        self._submit(command)
 
     def close(self) -> None:
         """Cancel running jobs, stop every worker (killing those that do not exit) and free resources. Idempotent."""
@@ -249,7 +250,8 @@ class WorkerPool:
             return
         self._closed = True
         _live_pools.discard(self)
-        self._submit(self._request_stop)
+        with contextlib.suppress(PoolClosedError):  # else the dispatcher stopped on a failure and cleaned up
+            self._submit(self._request_stop)
         self._dispatcher.join()
 
     # ------------------------------------------------------------------------------------------------ internals
@@ -263,8 +265,11 @@ class WorkerPool:
             ) from self._broken
 
     def _submit(self, command: Callable[[], None]) -> None:
-        self._commands.put(command)
-        self._backend.wake()
+        with self._commands_lock:
+            if not self._accepting:
+                raise PoolClosedError("the worker pool is closed")
+            self._commands.put(command)
+            self._backend.wake()
 
     def _kill_all(self) -> None:
         handles = [slot.handle for slot in self._slots if slot.handle is not None]
@@ -344,9 +349,7 @@ class WorkerPool:
         slot = self._slots[index]
         assert slot.handle is not None
         slot.in_flight[request.request_id] = entry
-        # If the worker is gone, its sentinel fires and _on_death hands the request on.
-        with contextlib.suppress(OSError, ValueError):
-            slot.handle.send(request)
+        slot.handle.send(request)  # queued: a worker that stops reading never blocks the dispatcher
 
     def _send_work(self) -> None:
         for index, slot in enumerate(self._slots):
@@ -399,14 +402,7 @@ class WorkerPool:
         if entry is None:
             return
         if isinstance(entry, _Call):
-            if entry.future is not None and not entry.future.done():
-                if reply.failure is None:
-                    entry.future.set_result(reply.value)
-                else:
-                    entry.future.set_exception(WorkerError(index, reply.failure, self.unit_name))
-            elif reply.failure is not None and entry.future is None:
-                self._broken = WorkerError(index, reply.failure, self.unit_name)
-                self._fail_everything(self._broken)
+            self._on_call_reply(index, entry, reply)
             return
         job, payload_index = entry
         if job.finished:
@@ -416,10 +412,23 @@ class WorkerPool:
             job.remaining -= 1
             if job.remaining == 0:
                 job.future.set_result(job.results)
-        elif reply.failure.exception_type == "Cancelled":
+        elif reply.failure.exception_type == CANCELLED:
             job.pending.appendleft(payload_index)  # dropped because another job failed on that worker
         else:
             self._fail_job(job, WorkerError(index, reply.failure, self.unit_name))
+
+    def _on_call_reply(self, index: int, call: _Call, reply: Reply) -> None:
+        slot = self._slots[index]
+        if reply.failure is not None and slot.sticky.get(call.method) is call:
+            del slot.sticky[call.method]  # a call that failed is not replayed on replacements
+        if call.future is None:
+            if reply.failure is not None:  # a replay failed: the replacement is not in the state the caller set
+                self._broken = WorkerError(index, reply.failure, self.unit_name)
+                self._fail_everything(self._broken)
+        elif reply.failure is None:
+            call.future.set_result(reply.value)
+        else:
+            call.future.set_exception(WorkerError(index, reply.failure, self.unit_name))
 
     def _fail_job(self, job: _Job, error: BaseException) -> None:
         if not job.future.done():
@@ -432,8 +441,7 @@ class WorkerPool:
                 if isinstance(entry, tuple) and entry[0] is job
             )
             if request_ids and slot.ready and slot.handle is not None:
-                with contextlib.suppress(OSError, ValueError):
-                    slot.handle.send(Cancel(request_ids))
+                slot.handle.send(Cancel(request_ids))
 
     def _on_death(self, handle: WorkerHandle) -> None:
         index = handle.worker_index
@@ -456,7 +464,7 @@ class WorkerPool:
                 entry[0].pending.appendleft(entry[1])
         running = [entry[0].labels[entry[1]] for _, entry in lost if isinstance(entry, tuple) and not entry[0].finished]
         slot.ready = False
-        if self._stopping:
+        if self._stopping or self._broken is not None:
             return
         if not slot.expected_death:
             if self.restarts >= self.max_restarts:
@@ -478,16 +486,16 @@ class WorkerPool:
             self._fail_everything(self._broken)
             return
         slot.ready = True
-        replays = [_Call(method, args, None) for method, args in slot.sticky.items()]
+        replays = [_Call(call.method, call.args, None, sticky=True) for call in slot.sticky.values()]
         slot.waiting_calls.extendleft(reversed(replays))
         if slot.board is not None:
             slot.board.array[:, 0] = -1
-            slot.waiting_calls.appendleft(_Call(ATTACH_PROGRESS_METHOD, (slot.board.handle,), None))
+            slot.waiting_calls.appendleft(_Call(ATTACH_PROGRESS_METHOD, cloudpickle.dumps((slot.board.handle,)), None))
 
     def _attach_board(self, index: int, slot: _Slot) -> None:
         slot.board = SharedArray((self.slot_counts[index], PROGRESS_COLUMNS), np.float64)
         slot.board.array[:, 0] = -1
-        slot.waiting_calls.appendleft(_Call(ATTACH_PROGRESS_METHOD, (slot.board.handle,), None))
+        slot.waiting_calls.appendleft(_Call(ATTACH_PROGRESS_METHOD, cloudpickle.dumps((slot.board.handle,)), None))
 
     def _check_progress(self) -> None:
         if self.unit_timeout is None:
@@ -520,20 +528,19 @@ class WorkerPool:
             slot.waiting_calls.clear()
 
     def _shutdown(self) -> None:
-        self._run_commands()  # fail what was submitted in the meantime below
+        with self._commands_lock:
+            self._accepting = False
+        self._run_commands()  # what was submitted before the door closed is failed below
         self._fail_everything(PoolClosedError("the worker pool was closed"))
         deadline = time.monotonic() + CLOSE_GRACE_PERIOD
         handles = [slot.handle for slot in self._slots if slot.handle is not None]
         for slot in self._slots:
-            running = tuple(rid for rid, entry in slot.in_flight.items() if isinstance(entry, tuple))
             if slot.handle is None:
                 continue
-            try:
-                if running:
-                    slot.handle.send(Cancel(running))
-                slot.handle.send(Request(next(self._request_ids), CLOSE_METHOD, (), False))
-            except (OSError, ValueError):
-                pass
+            running = tuple(rid for rid, entry in slot.in_flight.items() if isinstance(entry, tuple))
+            if running:
+                slot.handle.send(Cancel(running))
+            slot.handle.send(Request(next(self._request_ids), CLOSE_METHOD, cloudpickle.dumps(()), False))
         for handle in handles:
             if not handle.join(max(0.0, deadline - time.monotonic())):
                 handle.kill()
@@ -544,14 +551,3 @@ class WorkerPool:
             if slot.board is not None:
                 slot.board.close()
         self._backend.close()
-        self._drain_commands()
-
-    def _drain_commands(self) -> None:
-        # Commands submitted after the dispatcher stopped would wait forever: fail their futures instead.
-        error = PoolClosedError("the worker pool was closed")
-        while True:
-            try:
-                self._commands.get_nowait()()
-            except queue.Empty:
-                break
-        self._fail_everything(error)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from multiprocessing import resource_tracker, shared_memory
@@ -62,26 +63,28 @@ class SharedArray:
     def __init__(self, shape: tuple[int, ...], dtype: np.dtype | type) -> None:
         self.dtype = np.dtype(dtype)
         nbytes = max(1, int(np.prod(shape)) * self.dtype.itemsize)
-        self._block: shared_memory.SharedMemory | None = shared_memory.SharedMemory(create=True, size=nbytes)
-        self.array: np.ndarray = np.ndarray(shape, dtype=self.dtype, buffer=self._block.buf)
-        self.handle = SharedArrayHandle(self._block.name, tuple(shape), self.dtype.str)
+        block = shared_memory.SharedMemory(create=True, size=nbytes)
+        self.array: np.ndarray = np.ndarray(shape, dtype=self.dtype, buffer=block.buf)
+        self.handle = SharedArrayHandle(block.name, tuple(shape), self.dtype.str)
+        # Unlinked when closed, when garbage collected, or at exit, whichever comes first.
+        self._release = weakref.finalize(self, _release, block)
 
     def close(self) -> None:
         """Release and unlink the block (idempotent)."""
-        if self._block is None:
-            return
-        block, self._block = self._block, None
-        del self.array
-        with contextlib.suppress(BufferError):
-            block.close()
-        with contextlib.suppress(FileNotFoundError):
-            block.unlink()
+        self._release()
+
+
+def _release(block: shared_memory.SharedMemory) -> None:
+    with contextlib.suppress(BufferError):  # a view still alive keeps the mapping; the name goes anyway
+        block.close()
+    with contextlib.suppress(FileNotFoundError):
+        block.unlink()
 
 
 class OpenedArrays:
     """Cache of shared arrays opened in a worker, by handle; the least recent ones are closed."""
 
-    def __init__(self, capacity: int = 4) -> None:
+    def __init__(self, capacity: int = 2) -> None:
         self._capacity = capacity
         self._opened: dict[SharedArrayHandle, tuple[shared_memory.SharedMemory, np.ndarray]] = {}
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import os
+import pickle
 import signal
 import threading
-import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
@@ -27,29 +27,32 @@ from lit_sb3.workers.messages import (
 PARENT_CHECK_INTERVAL = 0.5
 
 
-def _exit_when_orphaned() -> None:
-    # Under fork and spawn the parent is the main process; under forkserver it is the fork server, which exits when
-    # the main process does. Either way a changed parent pid means nobody will ever read our replies.
+def _exit_when_orphaned(lifeline: Connection) -> None:
+    # The main process holds the only write end of the lifeline: its death makes the lifeline readable (end of
+    # file). Under fork, sibling workers inherit that write end too, but there the parent is the main process
+    # itself, so a changed parent pid tells instead.
     parent_pid = os.getppid()
 
     def watch() -> None:
-        while os.getppid() == parent_pid:
-            time.sleep(PARENT_CHECK_INTERVAL)
+        while not lifeline.poll(PARENT_CHECK_INTERVAL) and os.getppid() == parent_pid:
+            pass
         os._exit(1)
 
     threading.Thread(target=watch, name="lit-sb3-orphan-watch", daemon=True).start()
 
 
-def worker_main(connection: Connection, worker_index: int, app_factory: bytes) -> None:
+def worker_main(connection: Connection, lifeline: Connection, worker_index: int, app_factory: bytes) -> None:
     """
     Entry point of a worker process.
 
     :param connection: Duplex connection to the pool.
+    :param lifeline: Read end of a pipe only the main process writes to (and never does).
     :param worker_index: Index of this worker in the pool.
     :param app_factory: Cloudpickled callable that builds the :class:`WorkerApp`.
     """
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's business
-    _exit_when_orphaned()
+    os.setsid()  # own process group: stopping the worker stops what its environments started; no terminal Ctrl-C
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _exit_when_orphaned(lifeline)
     import torch
 
     torch.set_num_threads(1)
@@ -90,14 +93,20 @@ def _serve(connection: Connection, app: WorkerApp) -> None:
             _accept(connection, app, message)
 
 
+def _arguments(request: Request) -> tuple[Any, ...]:
+    # Arguments travel pickled so that one that cannot be rebuilt here fails its request, not the worker.
+    return pickle.loads(request.args)
+
+
 def _accept(connection: Connection, app: WorkerApp, message: Request | Cancel) -> None:
     if isinstance(message, Cancel):
         for request_id in app.cancel(message.request_ids):
             connection.send(Reply(request_id, failure=_cancelled()))
         return
     try:
-        app.submit(message.request_id, message.method, message.args)
-    except Exception as exc:
+        app.submit(message.request_id, message.method, _arguments(message))
+    except BaseException as exc:
+        app.cancel((message.request_id,))
         connection.send(Reply(message.request_id, failure=RemoteFailure.from_exception(exc)))
 
 
@@ -111,7 +120,7 @@ def _advance(connection: Connection, app: WorkerApp) -> None:
         for request_id in app.cancel(None):
             connection.send(Reply(request_id, failure=_cancelled()))
         return
-    except Exception as exc:
+    except BaseException as exc:
         # Not attributable to one task: every task accepted fails with it.
         failure = RemoteFailure.from_exception(exc)
         for request_id in app.cancel(None):
@@ -125,15 +134,16 @@ def _control(connection: Connection, app: WorkerApp, request: Request) -> bool:
     """Answer a control request; False once the worker must stop."""
     value: Any = None
     try:
+        arguments = _arguments(request)
         if request.method == CLOSE_METHOD:
             app.close()
         elif request.method == ATTACH_PROGRESS_METHOD:
-            app.attach_progress(*request.args)
+            app.attach_progress(*arguments)
         elif request.method in app.control_methods:
-            value = getattr(app, request.method)(*request.args)
+            value = getattr(app, request.method)(*arguments)
         else:
             raise AttributeError(f"{type(app).__name__} has no control method {request.method!r}")
-    except Exception as exc:
+    except BaseException as exc:
         connection.send(Reply(request.request_id, failure=RemoteFailure.from_exception(exc)))
     else:
         connection.send(Reply(request.request_id, value=value))

@@ -88,3 +88,25 @@ def copy_obs_rms(obs_rms: ObsRms) -> ObsRms:
     if isinstance(obs_rms, dict):
         return {key: copy(value) for key, value in obs_rms.items()}
     return copy(obs_rms)
+
+
+def check_same_statistics(obs_rms: object, reference: ObsRms) -> None:
+    """
+    :param obs_rms: Statistics offered to replace ``reference``.
+    :param reference: The statistics in use.
+    :raises TypeError: if ``obs_rms`` is not of the same kind (one ``RunningMeanStd``, or a dict with the same keys).
+    :raises ValueError: if a shape differs.
+    """
+    if isinstance(reference, dict):
+        if not isinstance(obs_rms, dict) or set(obs_rms) != set(reference):
+            raise TypeError(f"obs_rms must be a dict of RunningMeanStd with keys {sorted(reference)}, got {obs_rms!r}")
+        for key, rms in reference.items():
+            check_same_statistics(obs_rms[key], rms)
+        return
+    if not isinstance(obs_rms, RunningMeanStd):
+        raise TypeError(f"obs_rms must be a RunningMeanStd, got {type(obs_rms)!r}")
+    if obs_rms.mean.shape != reference.mean.shape or obs_rms.var.shape != reference.var.shape:
+        raise ValueError(
+            f"obs_rms has mean shape {obs_rms.mean.shape} and var shape {obs_rms.var.shape}; "
+            f"the observations have shape {reference.mean.shape}"
+        )
