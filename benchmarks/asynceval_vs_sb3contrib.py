@@ -254,11 +254,11 @@ def start_rows(repeats: int) -> list[list[str]]:
     """Pool start to first result, 2 workers, each implementation in fresh processes."""
     measured: dict[str, list[list[float]]] = {"ours": [], "theirs": []}
     for _ in range(repeats):
-        for name in measured:
+        for name, times in measured.items():
             output = subprocess.run(
                 [sys.executable, "-c", START_SCRIPT, name], capture_output=True, text=True, check=True
             ).stdout
-            measured[name].append([float(value) for value in output.split()])
+            times.append([float(value) for value in output.split()])
     rows = []
     for index, label in enumerate(["first pool in a fresh process", "second pool in the same process"]):
         ours = statistics.median(times[index] for times in measured["ours"])
@@ -373,8 +373,9 @@ def main() -> None:
     rounds = args.rounds or (3 if args.quick else 7)
     print(f"# AsyncEval, lit_sb3 vs sb3-contrib: {N_WORKERS} workers, medians of {rounds} interleaved rounds\n")
     throughput = [compare(case, rounds).cells() for case in cases(args.quick)]
-    print_table(["case", "ours steps/s", "sb3-contrib steps/s", "ours / sb3-contrib", "limit", "ours / limit", ""],
-                throughput)
+    print_table(
+        ["case", "ours steps/s", "sb3-contrib steps/s", "ours / sb3-contrib", "limit", "ours / limit", ""], throughput
+    )
     print()
     other = [makespan_row(rounds), *start_rows(1 if args.quick else 3), memory_row()]
     if not args.quick:

@@ -1,0 +1,10 @@
+"""Population methods (ARS, ES, CEM, CMA-ES) with ask/tell and the Stable-Baselines3 algorithm interface."""
+
+from lit_sb3.population.ars import ARS
+from lit_sb3.population.base import PopulationAlgorithm
+from lit_sb3.population.cem import CEM
+from lit_sb3.population.cmaes import CMAES
+from lit_sb3.population.es import ES
+from lit_sb3.population.policies import LinearPolicy, MlpPolicy
+
+__all__ = ["ARS", "CEM", "CMAES", "ES", "LinearPolicy", "MlpPolicy", "PopulationAlgorithm"]

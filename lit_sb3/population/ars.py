@@ -1,0 +1,126 @@
+"""Augmented Random Search (Mania, Guy and Recht, 2018): https://arxiv.org/abs/1803.07055"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch as th
+from stable_baselines3.common.policies import BasePolicy
+from stable_baselines3.common.type_aliases import GymEnv, Schedule
+from stable_baselines3.common.utils import FloatSchedule
+
+from lit_sb3.population.base import PopulationAlgorithm
+from lit_sb3.vec_env.candidate_eval import check_positive_int
+
+
+class ARS(PopulationAlgorithm):
+    """
+    Augmented Random Search: https://arxiv.org/abs/1803.07055
+
+    Each round evaluates the policy weights plus and minus ``n_delta`` Gaussian directions, keeps the ``n_top``
+    directions whose better return is highest, and steps along them by the return differences, with a step size
+    scaled by the standard deviation of the returns used (the population standard deviation, as in the paper's code;
+    sb3-contrib's sample standard deviation makes its steps ``sqrt(2 * n_top / (2 * n_top - 1))`` times smaller).
+    ARS V1 as is; V2 (observation normalisation) with the environment wrapped in
+    ``VecNormalize(norm_reward=False)``. Hyper-parameter names and defaults are those of
+    sb3-contrib's ARS, so its configurations (keyword arguments, as rl-zoo passes them) run unchanged.
+
+    :param policy: The policy to train: "LinearPolicy", "MlpPolicy" or a policy class.
+    :param env: The environment to train on (if registered in Gymnasium, can be str).
+    :param n_delta: How many random perturbations of the policy to try at each update step.
+    :param n_top: How many of the top directions to use in each update step; defaults to ``n_delta``.
+    :param learning_rate: Float or schedule for the step size.
+    :param delta_std: Float or schedule for the exploration noise.
+    :param zero_policy: Whether the policy starts from all-zero weights.
+    :param alive_bonus_offset: Constant added to the reward at each step, used to cancel out alive bonuses.
+    :param n_eval_episodes: Number of episodes to evaluate each candidate.
+    :param policy_kwargs: Keyword arguments to pass to the policy on creation.
+    :param stats_window_size: Window size of the episode statistics buffer (``ep_info_buffer``).
+    :param tensorboard_log: The log location for TensorBoard (if None, no logging).
+    :param seed: Random seed for the training.
+    :param verbose: Verbosity level: 0 no output, 1 info, 2 debug.
+    :param device: Torch device of the policy.
+    :param _init_setup_model: Whether or not to build the network at the creation of the instance.
+    """
+
+    def __init__(
+        self,
+        policy: str | type[BasePolicy],
+        env: GymEnv | str | None,
+        *,
+        n_delta: int = 8,
+        n_top: int | None = None,
+        learning_rate: float | Schedule = 0.02,
+        delta_std: float | Schedule = 0.05,
+        zero_policy: bool = True,
+        alive_bonus_offset: float = 0,
+        n_eval_episodes: int = 1,
+        policy_kwargs: dict[str, Any] | None = None,
+        stats_window_size: int = 100,
+        tensorboard_log: str | None = None,
+        seed: int | None = None,
+        verbose: int = 0,
+        device: th.device | str = "cpu",
+        _init_setup_model: bool = True,
+    ) -> None:
+        check_positive_int("n_delta", n_delta)
+        if n_top is None:
+            n_top = n_delta
+        check_positive_int("n_top", n_top)
+        if n_top > n_delta:
+            raise ValueError(
+                f"n_top={n_top} is larger than n_delta={n_delta}: the top directions are among the n_delta"
+            )
+        super().__init__(
+            policy,
+            env,
+            learning_rate,
+            n_eval_episodes=n_eval_episodes,
+            alive_bonus_offset=alive_bonus_offset,
+            zero_policy=zero_policy,
+            policy_kwargs=policy_kwargs,
+            stats_window_size=stats_window_size,
+            tensorboard_log=tensorboard_log,
+            seed=seed,
+            verbose=verbose,
+            device=device,
+        )
+        self.n_delta = n_delta
+        self.n_top = n_top
+        self.pop_size = 2 * n_delta
+        self.delta_std = delta_std
+        self.delta_std_schedule = FloatSchedule(delta_std)
+        # The directions of the pending population, unscaled, and the noise scale they were sampled with.
+        self._deltas: np.ndarray | None = None
+        self._pending_delta_std = 0.0
+        if _init_setup_model:
+            self._setup_model()
+
+    def _sample_candidates(self) -> np.ndarray:
+        assert self._rng is not None
+        self._pending_delta_std = float(self.delta_std_schedule(self._current_progress_remaining))
+        self._deltas = self._rng.standard_normal((self.n_delta, self.n_params))
+        weights = self.policy.parameters_to_vector().astype(np.float64)
+        perturbations = self._pending_delta_std * self._deltas
+        return np.concatenate([weights + perturbations, weights - perturbations])
+
+    def _update(self, candidates: np.ndarray, returns: np.ndarray) -> dict[str, float]:
+        assert self._deltas is not None
+        plus_returns, minus_returns = returns[: self.n_delta], returns[self.n_delta :]
+        top = np.argsort(-np.maximum(plus_returns, minus_returns), kind="stable")[: self.n_top]
+        plus_returns, minus_returns = plus_returns[top], minus_returns[top]
+        return_std = float(np.std(np.concatenate([plus_returns, minus_returns])))
+        learning_rate = float(self.lr_schedule(self._current_progress_remaining))
+        # Equal returns everywhere give no direction (and a zero std): no step then.
+        step_size = learning_rate / (self.n_top * return_std) if return_std > 0.0 else 0.0
+        weights = self.policy.parameters_to_vector().astype(np.float64)
+        weights += step_size * ((plus_returns - minus_returns) @ self._deltas[top])
+        self.policy.load_from_vector(weights)
+        self._deltas = None
+        return {
+            "train/learning_rate": learning_rate,
+            "train/step_size": step_size,
+            "train/delta_std": self._pending_delta_std,
+            "rollout/return_std": return_std,
+        }

@@ -1,0 +1,428 @@
+"""The shared base of the population methods: ask/tell as the core, Stable-Baselines3's algorithm interface on it."""
+
+from __future__ import annotations
+
+import io
+import pathlib
+import sys
+import time
+from abc import abstractmethod
+from collections.abc import Iterable
+from typing import Any, ClassVar, TypeVar, cast
+
+import numpy as np
+import torch as th
+from gymnasium import spaces
+from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.callbacks import BaseCallback, ConvertCallback, ProgressBarCallback
+from stable_baselines3.common.policies import BasePolicy
+from stable_baselines3.common.running_mean_std import RunningMeanStd
+from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
+from stable_baselines3.common.utils import safe_mean
+from stable_baselines3.common.vec_env import VecNormalize
+
+from lit_sb3.population.policies import LinearPolicy, MlpPolicy
+from lit_sb3.vec_env.candidate_eval import CandidateEval, InProcessEval, check_positive_int
+
+SelfPopulationAlgorithm = TypeVar("SelfPopulationAlgorithm", bound="PopulationAlgorithm")
+
+#: First spawn keys of the seed sequences derived from the algorithm's seed (subclasses use others).
+SAMPLING_STREAM, EVALUATION_STREAM = 0, 1
+
+
+def _get_obs_rms(vec_normalize: VecNormalize) -> RunningMeanStd:
+    # Population methods take flat observations only: the statistics are one RunningMeanStd, never a dict.
+    return cast(RunningMeanStd, vec_normalize.obs_rms)
+
+
+def _set_obs_rms(vec_normalize: VecNormalize, obs_rms: RunningMeanStd) -> None:
+    vec_normalize.obs_rms = obs_rms  # type: ignore[assignment]  # typed as the dict variant by Stable-Baselines3
+
+
+class EnvStepProgressBar(ProgressBarCallback):
+    """Progress bar counting environment steps: ``on_step`` runs once per finished episode here."""
+
+    def _on_training_start(self) -> None:
+        super()._on_training_start()
+        self._counted_timesteps = self.model.num_timesteps
+
+    def _on_step(self) -> bool:
+        self.pbar.update(self.model.num_timesteps - self._counted_timesteps)
+        self._counted_timesteps = self.model.num_timesteps
+        return True
+
+
+class PopulationAlgorithm(BaseAlgorithm):
+    """
+    A population method with the interface of a Stable-Baselines3 algorithm.
+
+    The core is ask/tell: :meth:`ask` returns the candidate weight matrix (one flat policy parameter vector per
+    row) and :meth:`tell` takes one return per candidate and updates the search distribution and the policy, which
+    always holds its centre. :meth:`learn` loops ask -> evaluate -> tell, evaluating in this process on the
+    model's environment or through an :class:`~lit_sb3.vec_env.AsyncEval`. Without ``learn()``::
+
+        model = CEM("LinearPolicy", "CartPole-v1", seed=0)
+        for _ in range(20):
+            candidate_weights = model.ask()
+            model.tell([my_return(weights) for weights in candidate_weights])
+
+    A candidate's return is the mean over its ``n_eval_episodes`` episodes of the episode return plus
+    ``alive_bonus_offset`` per step. Episodes are reset with seeds derived from the seed and the round index, so a
+    seeded run is the same in-process and with any number of workers, and ``load()`` then ``learn()`` continues it
+    exactly. Observations are normalised when the environment is wrapped in ``VecNormalize`` (ARS V2): statistics
+    are frozen during a round and merged after it; ``save()`` stores them with the model.
+
+    Callbacks see real episodes: after each round is evaluated, ``on_step`` runs once per episode with
+    ``num_timesteps`` advanced by its length and ``self.locals`` holding ``episode_return``, ``episode_length``,
+    ``candidate_index``, ``episode_index``, ``candidate_weights``, ``dones`` and ``infos`` (with a Monitor-style
+    ``infos[0]["episode"]``). Frequencies of ``EvalCallback`` or ``CheckpointCallback`` therefore count episodes
+    (wrap them in ``EveryNTimesteps`` to count steps). A callback returning False stops training at once: the
+    round is not told, the policy stays the one the callback judged.
+
+    :param policy: The policy model to use ("LinearPolicy", "MlpPolicy" or a policy class).
+    :param env: The environment to learn from (if registered in Gymnasium, can be str).
+    :param learning_rate: Float or schedule for the algorithm's step size (unused by methods without one).
+    :param n_eval_episodes: Episodes evaluated per candidate.
+    :param alive_bonus_offset: Constant added to the reward of every step, to cancel out alive bonuses.
+    :param zero_policy: Whether the policy starts from all-zero weights.
+    :param policy_kwargs: Keyword arguments passed to the policy on creation.
+    :param stats_window_size: Window size of the episode statistics buffer (``ep_info_buffer``).
+    :param tensorboard_log: The log location for TensorBoard (if None, no logging).
+    :param seed: Seed for the pseudo random generators.
+    :param verbose: Verbosity level: 0 no output, 1 info, 2 debug.
+    :param device: Torch device of the policy.
+    """
+
+    policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {"LinearPolicy": LinearPolicy, "MlpPolicy": MlpPolicy}
+    policy: BasePolicy
+
+    def __init__(
+        self,
+        policy: str | type[BasePolicy],
+        env: GymEnv | str | None,
+        learning_rate: float | Schedule,
+        *,
+        n_eval_episodes: int = 1,
+        alive_bonus_offset: float = 0.0,
+        zero_policy: bool = False,
+        policy_kwargs: dict[str, Any] | None = None,
+        stats_window_size: int = 100,
+        tensorboard_log: str | None = None,
+        seed: int | None = None,
+        verbose: int = 0,
+        device: th.device | str = "cpu",
+    ) -> None:
+        check_positive_int("n_eval_episodes", n_eval_episodes)
+        super().__init__(
+            policy,
+            env,
+            learning_rate=learning_rate,
+            policy_kwargs=policy_kwargs,
+            stats_window_size=stats_window_size,
+            tensorboard_log=tensorboard_log,
+            verbose=verbose,
+            device=device,
+            support_multi_env=True,
+            seed=seed,
+        )
+        if self.env is not None:
+            self._check_spaces(self.observation_space, self.action_space)
+        self.n_eval_episodes = n_eval_episodes
+        self.alive_bonus_offset = float(alive_bonus_offset)
+        self.zero_policy = zero_policy
+        # Set by _setup_model() unless load() restored them.
+        self._seed_entropy: int | None = None
+        self._rng: np.random.Generator | None = None
+        self._pending_candidates: np.ndarray | None = None
+        self._saved_obs_rms: RunningMeanStd | None = None
+
+    # --------------------------------------------------------------------------------- to implement
+
+    @abstractmethod
+    def _sample_candidates(self) -> np.ndarray:
+        """:return: The next population, shape ``(pop_size, n_params)`` (float64)."""
+
+    @abstractmethod
+    def _update(self, candidates: np.ndarray, returns: np.ndarray) -> dict[str, float]:
+        """
+        Update the search distribution and load its centre into the policy.
+
+        :param candidates: The population :meth:`_sample_candidates` returned.
+        :param returns: One finite return per candidate.
+        :return: Statistics to log, by logger key.
+        """
+
+    # ---------------------------------------------------------------------------------------- model
+
+    def _setup_model(self) -> None:
+        self._setup_lr_schedule()
+        self.set_random_seed(self.seed)
+        self.policy = self.policy_class(self.observation_space, self.action_space, **self.policy_kwargs)
+        self.policy = self.policy.to(self.device)
+        if self.zero_policy:
+            self.policy.load_from_vector(np.zeros(self.n_params, dtype=np.float32))
+        if self._seed_entropy is None:
+            # Unseeded, draw from numpy's global generator: runs seeded the Stable-Baselines3 way stay reproducible.
+            self._seed_entropy = self.seed if self.seed is not None else int(np.random.randint(2**31 - 1))
+            self._rng = np.random.default_rng(self._seed_sequence(SAMPLING_STREAM))
+        if self._saved_obs_rms is not None and self._vec_normalize_env is not None:
+            _set_obs_rms(self._vec_normalize_env, self._saved_obs_rms.copy())
+
+    @property
+    def n_params(self) -> int:
+        """Number of policy parameters: the dimension of the search space."""
+        return sum(parameter.numel() for parameter in self.policy.parameters())
+
+    def _seed_sequence(self, *spawn_key: int) -> np.random.SeedSequence:
+        """:return: A seed sequence derived from the algorithm's seed and ``spawn_key`` only."""
+        return np.random.SeedSequence(self._seed_entropy, spawn_key=spawn_key)
+
+    def _get_policy_from_name(self, policy_name: str) -> type[BasePolicy]:
+        if policy_name not in self.policy_aliases:
+            raise ValueError(
+                f"policy={policy_name!r} is unknown to {type(self).__name__}: "
+                f"use one of {sorted(self.policy_aliases)} or a policy class"
+            )
+        return self.policy_aliases[policy_name]
+
+    def _check_spaces(self, observation_space: spaces.Space, action_space: spaces.Space) -> None:
+        name = type(self).__name__
+        if not isinstance(action_space, spaces.Box | spaces.Discrete):
+            raise ValueError(f"env: {name} supports Box or Discrete action spaces only, got {action_space}")
+        if isinstance(observation_space, spaces.Dict | spaces.Tuple):
+            raise ValueError(
+                f"env: {name} needs flat observations, got {observation_space} "
+                "(wrap the environment in gymnasium.wrappers.FlattenObservation)"
+            )
+
+    # -------------------------------------------------------------------------------------- ask/tell
+
+    def ask(self) -> np.ndarray:
+        """
+        The candidates to evaluate next. Calling ``ask()`` again before :meth:`tell` returns the same candidates.
+
+        :return: The candidate weight matrix, shape ``(pop_size, n_params)``, float32: one flat parameter vector
+            per row, as ``policy.load_from_vector`` takes it (a copy).
+        """
+        if self._pending_candidates is None:
+            self._pending_candidates = self._sample_candidates()
+        return self._pending_candidates.astype(np.float32)
+
+    def tell(self, returns: Iterable[float] | np.ndarray | th.Tensor) -> dict[str, float]:
+        """
+        Update from the returns of the candidates of the last :meth:`ask`; the policy then holds the new centre.
+
+        :param returns: One return per candidate (higher is better), in the order of :meth:`ask`'s rows.
+        :return: The update's statistics, by logger key (what ``learn()`` logs).
+        :raises ValueError: if no population is pending, or ``returns`` has the wrong shape or NaN/inf values.
+        """
+        if self._pending_candidates is None:
+            raise ValueError("tell() was called with no population pending: call ask() first")
+        values = np.asarray(returns.detach().cpu() if isinstance(returns, th.Tensor) else returns, dtype=np.float64)
+        pop_size = len(self._pending_candidates)
+        if values.shape != (pop_size,):
+            raise ValueError(f"returns must have one value per candidate, shape ({pop_size},), got {values.shape}")
+        not_finite = np.flatnonzero(~np.isfinite(values))
+        if not_finite.size:
+            raise ValueError(f"returns has NaN or infinite values for candidates {not_finite.tolist()}")
+        statistics = self._update(self._pending_candidates, values)
+        self._pending_candidates = None
+        self._n_updates += 1
+        return statistics
+
+    # ---------------------------------------------------------------------------------------- learn
+
+    def learn(  # noqa: PLR0917 - the positional arguments of Stable-Baselines3's learn()
+        self: SelfPopulationAlgorithm,
+        total_timesteps: int,
+        callback: MaybeCallback = None,
+        log_interval: int = 1,
+        tb_log_name: str | None = None,
+        reset_num_timesteps: bool = True,
+        progress_bar: bool = False,
+        *,
+        async_eval: CandidateEval | None = None,
+    ) -> SelfPopulationAlgorithm:
+        """
+        Return a trained model.
+
+        :param total_timesteps: The total number of samples (env steps) to train on; a round always completes.
+        :param callback: Callback(s) called once per evaluated episode with the state of the algorithm.
+        :param log_interval: Rounds between two logger dumps.
+        :param tb_log_name: The name of the run for TensorBoard logging; defaults to the algorithm's name.
+        :param reset_num_timesteps: Whether or not to reset the current timestep number (used in logging).
+        :param progress_bar: Display a progress bar of env steps using tqdm and rich.
+        :param async_eval: Evaluates the candidates in worker processes; by default they run in this process, on
+            the model's environment. It is not closed here: reuse it across ``learn()`` calls, close it when done.
+        :return: The trained model.
+        """
+        if self.env is None:
+            raise ValueError("learn() needs an environment: pass env to the constructor, to load() or to set_env()")
+        total_timesteps, callback = self._setup_learn(
+            total_timesteps, callback, reset_num_timesteps, tb_log_name or type(self).__name__, progress_bar
+        )
+        evaluator = self._make_evaluator(async_eval)
+        try:
+            self._sync_observation_statistics(evaluator)
+            callback.on_training_start(locals(), globals())
+            while self.num_timesteps < total_timesteps:
+                self._update_current_progress_remaining(self.num_timesteps, total_timesteps)
+                if not self._run_round(evaluator, callback):
+                    break
+                if log_interval > 0 and self._n_updates % log_interval == 0:
+                    self.dump_logs()
+        finally:
+            if evaluator is not async_eval:
+                evaluator.close()
+        callback.on_training_end()
+        return self
+
+    def _setup_learn(
+        self,
+        total_timesteps: int,
+        callback: MaybeCallback = None,
+        reset_num_timesteps: bool = True,
+        tb_log_name: str = "run",
+        progress_bar: bool = False,
+    ) -> tuple[int, BaseCallback]:
+        # The environment reset done here yields an observation no population method uses: keep it out of the
+        # normalisation statistics, so that a run does not depend on how many learn() calls it took.
+        vec_normalize = self._vec_normalize_env
+        if vec_normalize is None:
+            return super()._setup_learn(total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar)
+        obs_rms = _get_obs_rms(vec_normalize).copy()
+        result = super()._setup_learn(total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar)
+        _set_obs_rms(vec_normalize, obs_rms)
+        return result
+
+    def _init_callback(self, callback: MaybeCallback, progress_bar: bool = False) -> BaseCallback:
+        if not progress_bar:
+            return super()._init_callback(callback)
+        callbacks = callback if isinstance(callback, list) else [callback]
+        converted = [item if isinstance(item, BaseCallback) else ConvertCallback(item) for item in callbacks]
+        return super()._init_callback([*converted, EnvStepProgressBar()])
+
+    def _make_evaluator(self, async_eval: CandidateEval | None) -> CandidateEval:
+        if async_eval is None:
+            assert self.env is not None
+            return InProcessEval(self.env, self.policy, self.n_eval_episodes)
+        if not isinstance(async_eval, CandidateEval):
+            raise TypeError(f"async_eval must be a lit_sb3 AsyncEval, got {type(async_eval)!r}")
+        if async_eval.n_params != self.n_params:
+            raise ValueError(
+                f"async_eval was built for a policy with {async_eval.n_params} parameters, "
+                f"the model's has {self.n_params}: build it with train_policy=model.policy"
+            )
+        if async_eval.n_eval_episodes != self.n_eval_episodes:
+            raise ValueError(
+                f"async_eval runs n_eval_episodes={async_eval.n_eval_episodes} per candidate but the model was "
+                f"created with n_eval_episodes={self.n_eval_episodes}"
+            )
+        return async_eval
+
+    def _sync_observation_statistics(self, evaluator: CandidateEval) -> None:
+        workers_normalize = any(obs_rms is not None for obs_rms in evaluator.synced_obs_rms)
+        if self._vec_normalize_env is None:
+            if workers_normalize:
+                raise ValueError(
+                    "async_eval's environments are wrapped in VecNormalize but the model's env is not: "
+                    "wrap both, or neither"
+                )
+            return
+        if not workers_normalize:
+            raise ValueError(
+                "the model's env is wrapped in VecNormalize but async_eval's environments are not: "
+                "wrap both, or neither"
+            )
+        evaluator.sync_obs_rms(_get_obs_rms(self._vec_normalize_env))
+
+    def _merge_observation_statistics(self, evaluator: CandidateEval) -> None:
+        if self._vec_normalize_env is None:
+            return
+        # Based on the last synced statistics: in-process, the evaluator updated the env's statistics in place,
+        # so basing on those would count the round twice.
+        merged = cast(RunningMeanStd, evaluator.merge_obs_rms())
+        evaluator.sync_obs_rms(merged)
+        _set_obs_rms(self._vec_normalize_env, merged)
+
+    def _round_seed(self) -> int:
+        return int(self._seed_sequence(EVALUATION_STREAM, self._n_updates).generate_state(1)[0])
+
+    def _run_round(self, evaluator: CandidateEval, callback: BaseCallback) -> bool:
+        """
+        Ask, evaluate, report the episodes to the callback, tell.
+
+        :return: False if the callback asked to stop training (the round is then not told).
+        """
+        candidate_weights = self.ask()
+        pop_size = len(candidate_weights)
+        callback.on_rollout_start()
+        evaluator.seed(self._round_seed())
+        evaluator.send_jobs(candidate_weights, pop_size)
+        results = evaluator.get_results()
+        self._merge_observation_statistics(evaluator)
+
+        candidate_returns = np.empty(pop_size, dtype=np.float64)
+        round_returns, round_lengths = [], []
+        for candidate_index, (episode_returns, episode_lengths) in results:
+            candidate_returns[candidate_index] = np.mean(episode_returns + self.alive_bonus_offset * episode_lengths)
+            round_returns.extend(episode_returns.tolist())
+            round_lengths.extend(episode_lengths.tolist())
+            for episode_index, (episode_return, episode_length) in enumerate(
+                zip(episode_returns.tolist(), episode_lengths.tolist(), strict=True)
+            ):
+                self.num_timesteps += int(episode_length)
+                elapsed = (time.time_ns() - self.start_time) / 1e9
+                infos = [{"episode": {"r": episode_return, "l": int(episode_length), "t": round(elapsed, 6)}}]
+                dones = np.ones(1, dtype=bool)
+                self._update_info_buffer(infos, dones)
+                callback.update_locals(
+                    {
+                        "candidate_index": candidate_index,
+                        "episode_index": episode_index,
+                        "episode_return": episode_return,
+                        "episode_length": int(episode_length),
+                        "candidate_weights": candidate_weights[candidate_index],
+                        "dones": dones,
+                        "infos": infos,
+                    }
+                )
+                if not callback.on_step():
+                    return False
+        callback.on_rollout_end()
+
+        self.logger.record("rollout/ep_rew_mean", safe_mean(round_returns))
+        self.logger.record("rollout/ep_len_mean", safe_mean(round_lengths))
+        for key, value in self.tell(candidate_returns).items():
+            self.logger.record(key, value)
+        return True
+
+    def dump_logs(self) -> None:
+        """Write the round's statistics to the logger."""
+        time_elapsed = max((time.time_ns() - self.start_time) / 1e9, sys.float_info.epsilon)
+        fps = int((self.num_timesteps - self._num_timesteps_at_start) / time_elapsed)
+        self.logger.record("train/iterations", self._n_updates, exclude="tensorboard")
+        self.logger.record("time/fps", fps)
+        self.logger.record("time/time_elapsed", int(time_elapsed), exclude="tensorboard")
+        self.logger.record("time/total_timesteps", self.num_timesteps, exclude="tensorboard")
+        self.logger.dump(step=self.num_timesteps)
+
+    # ----------------------------------------------------------------------------------------- save
+
+    def save(
+        self,
+        path: str | pathlib.Path | io.BufferedIOBase,
+        exclude: Iterable[str] | None = None,
+        include: Iterable[str] | None = None,
+    ) -> None:
+        """
+        Save the model, its search state (distribution, optimiser and random generator states, a pending
+        population) and the ``VecNormalize`` observation statistics: ``load()`` then ``learn()`` continues exactly.
+
+        :param path: Path to the file where the model should be saved.
+        :param exclude: Names of parameters that should be excluded in addition to the default ones.
+        :param include: Names of parameters that might be excluded but should be included anyway.
+        """
+        vec_normalize = self._vec_normalize_env
+        self._saved_obs_rms = None if vec_normalize is None else _get_obs_rms(vec_normalize).copy()
+        super().save(path, exclude, include)

@@ -1,0 +1,176 @@
+"""CMA-ES through pycma's ``cma.CMAEvolutionStrategy`` (Hansen and Ostermeier, 2001)."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+import torch as th
+from stable_baselines3.common.policies import BasePolicy
+from stable_baselines3.common.type_aliases import GymEnv
+
+from lit_sb3.population.base import PopulationAlgorithm
+
+with warnings.catch_warnings():
+    # cma warns at import when matplotlib is missing; its plots are not used here.
+    warnings.filterwarnings("ignore", message="Could not import matplotlib")
+    import cma
+
+#: Spawn key of the random stream cma samples from (after the base class's streams).
+STRATEGY_STREAM = 2
+#: cma options set from the constructor's arguments, not through ``cma_options``.
+RESERVED_OPTIONS = {"popsize": "pop_size", "randn": "seed", "seed": "seed"}
+
+
+class GeneratorNormal:
+    """
+    ``randn(*shape)`` as cma calls it, drawn from a numpy ``Generator``. The generator lives in the strategy's
+    options, so it is pickled with the strategy and sampling does not touch numpy's global random state.
+
+    :param generator: The generator to draw from.
+    """
+
+    def __init__(self, generator: np.random.Generator) -> None:
+        self.generator = generator
+
+    def __call__(self, *shape: int) -> np.ndarray:
+        return self.generator.standard_normal(shape)
+
+
+class CMAES(PopulationAlgorithm):
+    """
+    Covariance Matrix Adaptation Evolution Strategy, run by ``cma.CMAEvolutionStrategy`` (ask/tell on the negated
+    returns). The policy holds the distribution mean.
+
+    The full covariance matrix costs ``O(n_params**2)`` memory and time per round; for large policies use the
+    separable (diagonal) variant: ``cma_options={"CMA_diagonal": True}``. When cma reports that the strategy
+    stopped (its termination criteria, such as a flat fitness or a tiny step size), and ``restarts`` are left, a
+    new strategy starts from the current mean with ``sigma0`` and the population size multiplied by
+    ``incpopsize``: the IPOP restart scheme of ``cma.fmin``. The strategy is saved with the model through pickling,
+    which cma supports.
+
+    :param policy: The policy to train: "LinearPolicy", "MlpPolicy" or a policy class.
+    :param env: The environment to train on (if registered in Gymnasium, can be str).
+    :param sigma0: Initial step size (standard deviation of every parameter).
+    :param pop_size: Candidates per round (at least 2); None for cma's default, ``4 + 3 * log(n_params)``.
+    :param restarts: How many times a stopped strategy may be restarted with a larger population.
+    :param incpopsize: Factor of the population size at each restart.
+    :param cma_options: More options of ``cma.CMAEvolutionStrategy`` (see ``cma.CMAOptions()``).
+    :param zero_policy: Whether the policy starts from all-zero weights.
+    :param alive_bonus_offset: Constant added to the reward at each step, used to cancel out alive bonuses.
+    :param n_eval_episodes: Number of episodes to evaluate each candidate.
+    :param policy_kwargs: Keyword arguments to pass to the policy on creation.
+    :param stats_window_size: Window size of the episode statistics buffer (``ep_info_buffer``).
+    :param tensorboard_log: The log location for TensorBoard (if None, no logging).
+    :param seed: Random seed for the training.
+    :param verbose: Verbosity level: 0 no output, 1 info, 2 debug.
+    :param device: Torch device of the policy.
+    :param _init_setup_model: Whether or not to build the network at the creation of the instance.
+    """
+
+    def __init__(
+        self,
+        policy: str | type[BasePolicy],
+        env: GymEnv | str | None,
+        *,
+        sigma0: float = 0.5,
+        pop_size: int | None = 16,
+        restarts: int = 0,
+        incpopsize: float = 2.0,
+        cma_options: dict[str, Any] | None = None,
+        zero_policy: bool = False,
+        alive_bonus_offset: float = 0.0,
+        n_eval_episodes: int = 1,
+        policy_kwargs: dict[str, Any] | None = None,
+        stats_window_size: int = 100,
+        tensorboard_log: str | None = None,
+        seed: int | None = None,
+        verbose: int = 0,
+        device: th.device | str = "cpu",
+        _init_setup_model: bool = True,
+    ) -> None:
+        if not sigma0 > 0.0:
+            raise ValueError(f"sigma0 must be positive, got {sigma0}")
+        if pop_size is not None and (not isinstance(pop_size, int) or isinstance(pop_size, bool) or pop_size < 2):
+            raise ValueError(f"pop_size must be an int >= 2 or None, got {pop_size!r}")
+        if not isinstance(restarts, int) or restarts < 0:
+            raise ValueError(f"restarts must be a non-negative int, got {restarts!r}")
+        if not incpopsize >= 1.0:
+            raise ValueError(f"incpopsize must be >= 1, got {incpopsize}")
+        for option, argument in RESERVED_OPTIONS.items():
+            if option in (cma_options or {}):
+                raise ValueError(f"cma_options must not set {option!r}: use the {argument} argument")
+        super().__init__(
+            policy,
+            env,
+            learning_rate=0.0,  # CMA-ES adapts its own step size
+            n_eval_episodes=n_eval_episodes,
+            alive_bonus_offset=alive_bonus_offset,
+            zero_policy=zero_policy,
+            policy_kwargs=policy_kwargs,
+            stats_window_size=stats_window_size,
+            tensorboard_log=tensorboard_log,
+            seed=seed,
+            verbose=verbose,
+            device=device,
+        )
+        self.sigma0 = sigma0
+        self.initial_pop_size = pop_size
+        self.restarts = restarts
+        self.incpopsize = incpopsize
+        self.cma_options = {} if cma_options is None else dict(cma_options)
+        self.n_restarts = 0
+        #: The cma strategy (set by _setup_model unless load() restored it).
+        self.strategy: cma.CMAEvolutionStrategy | None = None
+        if _init_setup_model:
+            self._setup_model()
+
+    def _setup_model(self) -> None:
+        super()._setup_model()
+        if self.strategy is None:
+            randn = GeneratorNormal(np.random.default_rng(self._seed_sequence(STRATEGY_STREAM)))
+            self.strategy = self._new_strategy(self.policy.parameters_to_vector(), self.initial_pop_size, randn)
+
+    def _new_strategy(self, mean: np.ndarray, pop_size: int | None, randn: GeneratorNormal) -> cma.CMAEvolutionStrategy:
+        options = {
+            **self.cma_options,
+            "randn": randn,
+            "seed": np.nan,  # sampling goes through randn: leave numpy's global random state alone
+            "verbose": -9,
+            "verb_disp": 0,
+            "verb_log": 0,
+            "verb_time": False,
+            "signals_filename": "",  # no signals file is read each round
+        }
+        if pop_size is not None:
+            options["popsize"] = pop_size
+        return cma.CMAEvolutionStrategy(mean.astype(np.float64), self.sigma0, options)
+
+    @property
+    def pop_size(self) -> int:
+        """Candidates per round of the current strategy (grows with restarts)."""
+        assert self.strategy is not None
+        return int(self.strategy.popsize)
+
+    def _sample_candidates(self) -> np.ndarray:
+        assert self.strategy is not None
+        return np.array(self.strategy.ask(), dtype=np.float64)
+
+    def _update(self, candidates: np.ndarray, returns: np.ndarray) -> dict[str, float]:
+        strategy = self.strategy
+        assert strategy is not None
+        strategy.tell(list(candidates), (-returns).tolist())  # cma minimises
+        sigma = float(strategy.sigma)
+        if strategy.stop() and self.n_restarts < self.restarts:
+            self.n_restarts += 1
+            pop_size = round(strategy.popsize * self.incpopsize)
+            strategy = self.strategy = self._new_strategy(strategy.mean, pop_size, strategy.opts["randn"])
+        self.policy.load_from_vector(strategy.mean)
+        return {
+            "train/sigma": sigma,
+            "train/pop_size": float(strategy.popsize),
+            "train/restarts": float(self.n_restarts),
+            "train/best_return": float(returns.max()),
+            "rollout/return_std": float(np.std(returns)),
+        }

@@ -1,0 +1,157 @@
+"""OpenAI Evolution Strategies (Salimans et al., 2017): https://arxiv.org/abs/1703.03864"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch as th
+from stable_baselines3.common.policies import BasePolicy
+from stable_baselines3.common.type_aliases import GymEnv, Schedule
+from stable_baselines3.common.utils import FloatSchedule, update_learning_rate
+
+from lit_sb3.population.base import PopulationAlgorithm
+
+
+def centered_ranks(values: np.ndarray) -> np.ndarray:
+    """
+    Centred-rank fitness shaping: ranks scaled to [-0.5, 0.5], tied values sharing their mean rank.
+
+    :param values: One value per candidate (at least two).
+    :return: The shaped values, same shape.
+    """
+    _, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
+    first_rank = np.cumsum(counts) - counts
+    mean_rank = first_rank + (counts - 1) / 2.0
+    return mean_rank[inverse] / (len(values) - 1) - 0.5
+
+
+class ES(PopulationAlgorithm):
+    """
+    OpenAI Evolution Strategies: https://arxiv.org/abs/1703.03864
+
+    Each round evaluates ``pop_size / 2`` antithetic pairs of Gaussian perturbations of the policy weights,
+    ``weights +- sigma * noise``. The returns are replaced by their centred ranks, the gradient of the smoothed
+    objective is estimated from them, and a torch optimiser (Adam by default; ``th.optim.SGD`` with
+    ``optimizer_kwargs={"momentum": 0.9}`` for plain SGD with momentum) steps the policy parameters along it,
+    with L2 weight decay. Ranks make the update independent of the scale of the returns; Adam makes the step
+    length mostly independent of ``sigma`` and of the number of parameters.
+
+    :param policy: The policy to train: "LinearPolicy", "MlpPolicy" or a policy class.
+    :param env: The environment to train on (if registered in Gymnasium, can be str).
+    :param pop_size: Candidates per round (an even number: antithetic pairs).
+    :param sigma: Float or schedule for the standard deviation of the perturbations.
+    :param learning_rate: Float or schedule for the optimiser's learning rate.
+    :param weight_decay: L2 penalty coefficient, passed to the optimiser.
+    :param optimizer_class: The torch optimiser.
+    :param optimizer_kwargs: More keyword arguments for the optimiser; by default ``betas=(0.5, 0.999)`` for Adam.
+    :param zero_policy: Whether the policy starts from all-zero weights.
+    :param alive_bonus_offset: Constant added to the reward at each step, used to cancel out alive bonuses.
+    :param n_eval_episodes: Number of episodes to evaluate each candidate.
+    :param policy_kwargs: Keyword arguments to pass to the policy on creation.
+    :param stats_window_size: Window size of the episode statistics buffer (``ep_info_buffer``).
+    :param tensorboard_log: The log location for TensorBoard (if None, no logging).
+    :param seed: Random seed for the training.
+    :param verbose: Verbosity level: 0 no output, 1 info, 2 debug.
+    :param device: Torch device of the policy.
+    :param _init_setup_model: Whether or not to build the network at the creation of the instance.
+    """
+
+    optimizer: th.optim.Optimizer
+
+    def __init__(
+        self,
+        policy: str | type[BasePolicy],
+        env: GymEnv | str | None,
+        *,
+        pop_size: int = 16,
+        sigma: float | Schedule = 0.1,
+        learning_rate: float | Schedule = 0.1,
+        weight_decay: float = 0.005,
+        optimizer_class: type[th.optim.Optimizer] = th.optim.Adam,
+        optimizer_kwargs: dict[str, Any] | None = None,
+        zero_policy: bool = True,
+        alive_bonus_offset: float = 0.0,
+        n_eval_episodes: int = 1,
+        policy_kwargs: dict[str, Any] | None = None,
+        stats_window_size: int = 100,
+        tensorboard_log: str | None = None,
+        seed: int | None = None,
+        verbose: int = 0,
+        device: th.device | str = "cpu",
+        _init_setup_model: bool = True,
+    ) -> None:
+        if not isinstance(pop_size, int) or isinstance(pop_size, bool) or pop_size < 2 or pop_size % 2:
+            raise ValueError(f"pop_size must be an even int >= 2 (antithetic pairs), got {pop_size!r}")
+        if weight_decay < 0:
+            raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
+        super().__init__(
+            policy,
+            env,
+            learning_rate,
+            n_eval_episodes=n_eval_episodes,
+            alive_bonus_offset=alive_bonus_offset,
+            zero_policy=zero_policy,
+            policy_kwargs=policy_kwargs,
+            stats_window_size=stats_window_size,
+            tensorboard_log=tensorboard_log,
+            seed=seed,
+            verbose=verbose,
+            device=device,
+        )
+        self.pop_size = pop_size
+        self.sigma = sigma
+        self.sigma_schedule = FloatSchedule(sigma)
+        self.weight_decay = weight_decay
+        self.optimizer_class = optimizer_class
+        if optimizer_kwargs is None:
+            # A population gradient estimate is already an average: Adam needs only a short first-moment memory.
+            optimizer_kwargs = {"betas": (0.5, 0.999)} if optimizer_class is th.optim.Adam else {}
+        self.optimizer_kwargs = optimizer_kwargs
+        # The noise of the pending population's pairs, and the sigma it was scaled by.
+        self._noise: np.ndarray | None = None
+        self._pending_sigma = 0.0
+        if _init_setup_model:
+            self._setup_model()
+
+    def _setup_model(self) -> None:
+        super()._setup_model()
+        self.optimizer = self.optimizer_class(  # type: ignore[call-arg]
+            self.policy.parameters(),
+            lr=self.lr_schedule(self._current_progress_remaining),
+            weight_decay=self.weight_decay,
+            **self.optimizer_kwargs,
+        )
+
+    def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
+        return ["policy", "optimizer"], []
+
+    def _sample_candidates(self) -> np.ndarray:
+        assert self._rng is not None
+        self._pending_sigma = float(self.sigma_schedule(self._current_progress_remaining))
+        self._noise = self._rng.standard_normal((self.pop_size // 2, self.n_params))
+        weights = self.policy.parameters_to_vector().astype(np.float64)
+        perturbations = self._pending_sigma * self._noise
+        return np.concatenate([weights + perturbations, weights - perturbations])
+
+    def _update(self, candidates: np.ndarray, returns: np.ndarray) -> dict[str, float]:
+        assert self._noise is not None
+        shaped = centered_ranks(returns)
+        n_pairs = self.pop_size // 2
+        gradient = (shaped[:n_pairs] - shaped[n_pairs:]) @ self._noise / (self.pop_size * self._pending_sigma)
+        learning_rate = float(self.lr_schedule(self._current_progress_remaining))
+        update_learning_rate(self.optimizer, learning_rate)
+        # The optimiser minimises: its gradient is the negated ascent direction.
+        descent = th.as_tensor(-gradient, dtype=th.float32, device=self.device)
+        offset = 0
+        for parameter in self.policy.parameters():
+            parameter.grad = descent[offset : offset + parameter.numel()].view_as(parameter).clone()
+            offset += parameter.numel()
+        self.optimizer.step()
+        self._noise = None
+        return {
+            "train/learning_rate": learning_rate,
+            "train/sigma": self._pending_sigma,
+            "train/gradient_norm": float(np.linalg.norm(gradient)),
+            "rollout/return_std": float(np.std(returns)),
+        }

@@ -1,0 +1,80 @@
+"""ask()/tell() without learn(): the optimiser core."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch as th
+
+from lit_sb3.population import CMAES, PopulationAlgorithm
+from lit_sb3.population.es import centered_ranks
+from population.helpers import ALGORITHMS, make_model
+
+TARGET = np.linspace(-1.0, 1.0, 8)  # CartPole's LinearPolicy has 2 x 4 weights
+
+
+def distance_to_target(model: PopulationAlgorithm) -> float:
+    return float(np.linalg.norm(model.policy.parameters_to_vector() - TARGET))
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "kwargs"),
+    [*((algorithm, {}) for algorithm in ALGORITHMS), (CMAES, {"cma_options": {"CMA_diagonal": True}})],
+)
+def test_ask_tell_alone_optimises_a_function(algorithm, kwargs):
+    model = make_model(algorithm, **kwargs)
+    start = distance_to_target(model)
+    for _ in range(60):
+        candidate_weights = model.ask()
+        assert candidate_weights.shape == (model.pop_size, model.n_params)
+        assert candidate_weights.dtype == np.float32
+        model.tell(-np.sum((candidate_weights - TARGET) ** 2, axis=1))
+    assert distance_to_target(model) < 0.3 * start
+    assert model.num_timesteps == 0  # no environment step was taken
+    if kwargs:
+        assert model.strategy.opts["CMA_diagonal"] is True  # the separable variant
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_ask_again_before_tell_returns_the_same_candidates(algorithm):
+    model = make_model(algorithm)
+    first = model.ask()
+    first[:] = 0.0  # a copy: changing it changes nothing
+    np.testing.assert_array_equal(model.ask(), model.ask())
+    assert not np.array_equal(model.ask(), first)
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_tell_accepts_lists_and_tensors_and_returns_statistics(algorithm):
+    model = make_model(algorithm)
+    statistics = model.tell(list(range(len(model.ask()))))
+    assert statistics and all(isinstance(value, float) for value in statistics.values())
+    statistics = model.tell(th.arange(len(model.ask()), dtype=th.float32))
+    assert model._n_updates == 2
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_tell_rejects_nan_returns_naming_the_candidates(algorithm):
+    model = make_model(algorithm)
+    returns = np.ones(len(model.ask()))
+    returns[[1, 3]] = np.nan
+    weights_before = model.policy.parameters_to_vector()
+    with pytest.raises(ValueError, match=r"returns has NaN or infinite values for candidates \[1, 3\]"):
+        model.tell(returns)
+    np.testing.assert_array_equal(model.policy.parameters_to_vector(), weights_before)
+    model.tell(np.ones(len(model.ask())))  # the population is still pending
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_tell_needs_a_pending_population_and_one_return_per_candidate(algorithm):
+    model = make_model(algorithm)
+    with pytest.raises(ValueError, match="call ask"):
+        model.tell([1.0, 2.0])
+    pop_size = len(model.ask())
+    with pytest.raises(ValueError, match=f"shape \\({pop_size},\\)"):
+        model.tell(np.ones(pop_size + 1))
+
+
+def test_centered_ranks_share_ties_and_span_minus_half_to_half():
+    np.testing.assert_allclose(centered_ranks(np.array([3.0, 1.0, 3.0, 0.0])), [1 / 3, -1 / 6, 1 / 3, -0.5])
+    np.testing.assert_allclose(centered_ranks(np.array([5.0, -2.0])), [0.5, -0.5])

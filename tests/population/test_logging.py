@@ -1,0 +1,48 @@
+"""Logger keys, as sb3-contrib's ARS plus each algorithm's own, through the stdout and csv outputs."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+from stable_baselines3.common.logger import configure
+
+from lit_sb3.population import ARS, CEM, CMAES, ES
+from population.helpers import make_model
+
+COMMON_KEYS = {
+    "rollout/ep_rew_mean",
+    "rollout/ep_len_mean",
+    "rollout/return_std",
+    "time/fps",
+    "time/time_elapsed",
+    "time/total_timesteps",
+    "train/iterations",
+}
+OWN_KEYS = {
+    ARS: {"train/learning_rate", "train/step_size", "train/delta_std"},
+    ES: {"train/learning_rate", "train/sigma", "train/gradient_norm"},
+    CEM: {"train/elite_return", "train/std", "train/extra_noise"},
+    CMAES: {"train/sigma", "train/pop_size", "train/restarts", "train/best_return"},
+}
+
+
+@pytest.mark.parametrize("algorithm", [ARS, ES, CEM, CMAES])
+def test_csv_log_has_the_keys_once_per_round(algorithm, tmp_path):
+    model = make_model(algorithm)
+    model.set_logger(configure(str(tmp_path), ["csv"]))
+    model.learn(500)
+    with open(tmp_path / "progress.csv") as progress:
+        rows = list(csv.DictReader(progress))
+    assert COMMON_KEYS | OWN_KEYS[algorithm] <= set(rows[0])
+    assert len(rows) == model._n_updates
+    assert int(rows[-1]["time/total_timesteps"]) == model.num_timesteps
+    assert [int(row["train/iterations"]) for row in rows] == list(range(1, model._n_updates + 1))
+
+
+def test_stdout_log_with_verbose_and_log_interval(capsys):
+    model = make_model(ARS, verbose=1)
+    model.learn(1000, log_interval=2)
+    printed = capsys.readouterr().out
+    assert "ep_rew_mean" in printed and "step_size" in printed
+    assert printed.count("total_timesteps") == model._n_updates // 2

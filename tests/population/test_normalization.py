@@ -1,0 +1,92 @@
+"""Observation normalisation (ARS V2): VecNormalize statistics, in-process and through AsyncEval."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+
+from lit_sb3 import AsyncEval
+from lit_sb3.population import ARS
+from population.helpers import ALGORITHMS, make_model, normalized_pendulum_vec_env
+
+
+class ObservationRecorder(gym.Wrapper):
+    """Keeps every episode's observations but the last (the ones a policy acts on)."""
+
+    def __init__(self, env: gym.Env, episodes: list[list[np.ndarray]]) -> None:
+        super().__init__(env)
+        self.episodes = episodes
+
+    def reset(self, **kwargs):
+        observation, info = self.env.reset(**kwargs)
+        self.episodes.append([observation])
+        return observation, info
+
+    def step(self, action):
+        observation, reward, terminated, truncated, info = self.env.step(action)
+        if not (terminated or truncated):
+            self.episodes[-1].append(observation)
+        return observation, reward, terminated, truncated, info
+
+
+def test_statistics_are_those_of_the_observations_the_candidates_acted_on():
+    episodes: list[list[np.ndarray]] = []
+    env = VecNormalize(
+        DummyVecEnv([lambda: ObservationRecorder(gym.make("Pendulum-v1", max_episode_steps=20), episodes)]),
+        norm_reward=False,
+    )
+    model = make_model(ARS, env=env)
+    model.learn(1000)
+    observations = np.concatenate([np.array(episode) for episode in episodes[1:]])  # [0]: learn()'s env reset
+    obs_rms = model.get_vec_normalize_env().obs_rms
+    assert len(observations) == model.num_timesteps
+    assert obs_rms.count == pytest.approx(model.num_timesteps + 1e-4)  # VecNormalize starts from a count of 1e-4
+    np.testing.assert_allclose(obs_rms.mean, observations.mean(axis=0), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(obs_rms.var, observations.var(axis=0), rtol=1e-5, atol=1e-6)
+
+
+def test_in_process_and_async_eval_end_with_the_same_statistics_for_every_algorithm():
+    policy = make_model(ARS, env=normalized_pendulum_vec_env()).policy
+    with AsyncEval([normalized_pendulum_vec_env] * 2, policy) as async_eval:
+        for algorithm in ALGORITHMS:
+            in_process = make_model(algorithm, env=normalized_pendulum_vec_env())
+            in_process.learn(1000)
+            on_workers = make_model(algorithm, env=normalized_pendulum_vec_env())
+            on_workers.learn(1000, async_eval=async_eval)
+            expected, merged = in_process.get_vec_normalize_env().obs_rms, on_workers.get_vec_normalize_env().obs_rms
+            assert merged.count == expected.count
+            np.testing.assert_allclose(merged.mean, expected.mean, rtol=1e-10)
+            np.testing.assert_allclose(merged.var, expected.var, rtol=1e-10)
+            np.testing.assert_allclose(
+                on_workers.policy.parameters_to_vector(), in_process.policy.parameters_to_vector(), rtol=1e-5
+            )
+            for worker_obs_rms in async_eval.synced_obs_rms:  # the workers normalise with the model's statistics
+                np.testing.assert_array_equal(worker_obs_rms.mean, merged.mean)
+
+
+def test_loaded_statistics_go_into_the_new_vec_normalize(tmp_path):
+    model = make_model(ARS, env=normalized_pendulum_vec_env())
+    model.learn(500)
+    model.save(tmp_path / "model.zip")
+    loaded = ARS.load(tmp_path / "model.zip", env=normalized_pendulum_vec_env())
+    np.testing.assert_array_equal(
+        loaded.get_vec_normalize_env().obs_rms.mean, model.get_vec_normalize_env().obs_rms.mean
+    )
+    assert loaded.get_vec_normalize_env().obs_rms.count == model.get_vec_normalize_env().obs_rms.count
+
+
+def test_vec_normalize_on_one_side_only_is_an_error():
+    plain_policy = make_model(ARS, env="Pendulum-v1").policy
+    with (
+        AsyncEval([normalized_pendulum_vec_env], plain_policy) as normalizing_workers,
+        pytest.raises(ValueError, match="async_eval's environments are wrapped in VecNormalize"),
+    ):
+        make_model(ARS, env="Pendulum-v1").learn(100, async_eval=normalizing_workers)
+    with (
+        AsyncEval([lambda: make_vec_env("Pendulum-v1")], plain_policy) as plain_workers,
+        pytest.raises(ValueError, match="async_eval's environments are not"),
+    ):
+        make_model(ARS, env=normalized_pendulum_vec_env()).learn(100, async_eval=plain_workers)

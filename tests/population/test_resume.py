@@ -1,0 +1,70 @@
+"""save() then load() then learn() continues a run bit for bit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lit_sb3.population import ARS, CMAES, ES, PopulationAlgorithm
+from population.helpers import ALGORITHMS, RoundEnds, make_model, normalized_pendulum_vec_env, short_cartpole_vec_env
+
+
+def assert_same_state(model: PopulationAlgorithm, other: PopulationAlgorithm) -> None:
+    np.testing.assert_array_equal(model.policy.parameters_to_vector(), other.policy.parameters_to_vector())
+    candidates = model.ask()
+    np.testing.assert_array_equal(candidates, other.ask())  # same search distribution and generator state
+    returns = -np.abs(candidates).sum(axis=1)
+    model.tell(returns)
+    other.tell(returns)  # same optimiser state (Adam moments, covariance...)
+    np.testing.assert_array_equal(model.policy.parameters_to_vector(), other.policy.parameters_to_vector())
+
+
+def split_run(algorithm, make_env, tmp_path, **kwargs):
+    """Learn in one go; learn half, save, load, learn the rest; return both models."""
+    whole = make_model(algorithm, env=make_env(), **kwargs)
+    rounds = RoundEnds()
+    whole.learn(1500, callback=rounds)
+    assert len(rounds.timesteps) >= 4
+    half = make_model(algorithm, env=make_env(), **kwargs)
+    half.learn(rounds.timesteps[len(rounds.timesteps) // 2 - 1])
+    half.save(tmp_path / "half.zip")
+    del half
+    resumed = algorithm.load(tmp_path / "half.zip", env=make_env())
+    resumed.learn(whole.num_timesteps - resumed.num_timesteps, reset_num_timesteps=False)
+    assert resumed.num_timesteps == whole.num_timesteps and resumed._n_updates == whole._n_updates
+    return whole, resumed
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_resume_after_load_is_exact(algorithm, tmp_path):
+    whole, resumed = split_run(algorithm, short_cartpole_vec_env, tmp_path)
+    assert_same_state(whole, resumed)
+
+
+def test_resume_is_exact_with_observation_normalisation(tmp_path):
+    whole, resumed = split_run(ARS, normalized_pendulum_vec_env, tmp_path)
+    whole_rms, resumed_rms = whole.get_vec_normalize_env().obs_rms, resumed.get_vec_normalize_env().obs_rms
+    assert whole_rms.count == resumed_rms.count == whole.num_timesteps + 1e-4  # every evaluated step, once
+    np.testing.assert_array_equal(whole_rms.mean, resumed_rms.mean)
+    np.testing.assert_array_equal(whole_rms.var, resumed_rms.var)
+    assert_same_state(whole, resumed)
+
+
+def test_resume_is_exact_across_cma_restarts(tmp_path):
+    whole, resumed = split_run(CMAES, short_cartpole_vec_env, tmp_path, restarts=3, cma_options={"maxiter": 2})
+    assert whole.n_restarts == resumed.n_restarts >= 1
+    assert whole.pop_size == resumed.pop_size > 8
+    assert_same_state(whole, resumed)
+
+
+def test_resume_is_exact_with_sgd_and_a_pending_population(tmp_path):
+    import torch as th
+
+    model = make_model(ES, optimizer_class=th.optim.SGD, optimizer_kwargs={"momentum": 0.9})
+    model.learn(500)
+    pending = model.ask()
+    model.save(tmp_path / "pending.zip")
+    loaded = ES.load(tmp_path / "pending.zip", env=short_cartpole_vec_env())
+    np.testing.assert_array_equal(loaded.ask(), pending)
+    assert isinstance(loaded.optimizer, th.optim.SGD)
+    assert_same_state(model, loaded)
