@@ -141,8 +141,8 @@ class AsyncEval(CandidateEval):
         chunk = self.chunk_size or self._default_chunk_size(pop_size)
         payloads = [(spec, start, min(start + chunk, pop_size)) for start in range(0, pop_size, chunk)]
         labels = [f"candidates {start}-{stop - 1}" for _, start, stop in payloads]
-        limits = [math.ceil(slots / (chunk * self.n_eval_episodes)) + 1 for slots in self.slot_counts]
-        self._pending = self._pool.run_tasks("evaluate", payloads, labels=labels, in_flight_limits=limits)
+        capacities = [math.ceil(slots / (chunk * self.n_eval_episodes)) for slots in self.slot_counts]
+        self._pending = self._pool.run_tasks("evaluate", payloads, labels=labels, capacities=capacities)
 
     def _default_chunk_size(self, pop_size: int) -> int:
         if not all(description["exact"] for description in self._pool.descriptions):

@@ -71,7 +71,7 @@ class _Job:
     method: str
     payloads: list[bytes]
     labels: list[str]
-    in_flight_limits: list[int]
+    capacities: list[int]
     future: Future
     results: list[Any] = field(default_factory=list)
     pending: deque[int] = field(default_factory=deque)
@@ -221,7 +221,7 @@ class WorkerPool:
         payloads: list[tuple[Any, ...]],
         *,
         labels: list[str],
-        in_flight_limits: list[int],
+        capacities: list[int],
     ) -> Future:
         """
         Run one task per payload on whichever worker has room.
@@ -229,15 +229,15 @@ class WorkerPool:
         :param method: Task method of the apps.
         :param payloads: Arguments of each task.
         :param labels: What each task covers, for error messages (e.g. ``"candidates 0-7"``).
-        :param in_flight_limits: For each worker, how many of the job's tasks it may hold at once.
+        :param capacities: For each worker, how many of the job's tasks it runs at once. A worker also gets one
+            task ahead while the job has more pending tasks than there are workers; not at the end, where a task
+            sent ahead could wait on a busy worker while another is idle.
         :return: Future of the list of task results, in payload order.
         """
         self._check_usable()
-        if len(labels) != len(payloads) or len(in_flight_limits) != self.n_workers:
-            raise ValueError("run_tasks needs one label per payload and one in-flight limit per worker")
-        job = _Job(
-            method, [cloudpickle.dumps(payload) for payload in payloads], labels, in_flight_limits, _new_future()
-        )
+        if len(labels) != len(payloads) or len(capacities) != self.n_workers:
+            raise ValueError("run_tasks needs one label per payload and one capacity per worker")
+        job = _Job(method, [cloudpickle.dumps(payload) for payload in payloads], labels, capacities, _new_future())
         if not payloads:
             job.future.set_result([])
             return job.future
@@ -367,13 +367,13 @@ class WorkerPool:
                 self._send(worker_index, request, (job, payload_index))
 
     def _least_loaded(self, job: _Job) -> int | None:
+        ready = [index for index, slot in enumerate(self._slots) if slot.ready]
+        ahead = 1 if len(job.pending) > len(ready) else 0
         best: int | None = None
         best_count = 0
-        for index, slot in enumerate(self._slots):
-            if not slot.ready:
-                continue
-            count = slot.task_count(job)
-            if count < job.in_flight_limits[index] and (best is None or count < best_count):
+        for index in ready:
+            count = self._slots[index].task_count(job)
+            if count < job.capacities[index] + ahead and (best is None or count < best_count):
                 best, best_count = index, count
         return best
 
