@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pathlib
 from collections.abc import Iterator
 
 import cloudpickle
@@ -20,6 +21,12 @@ def scalar_policy() -> LinearPolicy:
     """ARS linear policy (2 weights, no bias) for :class:`fixture_envs.ScalarEnv`."""
     env = fixture_envs.ScalarEnv()
     return LinearPolicy(env.observation_space, env.action_space)
+
+
+@pytest.fixture(autouse=True)
+def sb3_log_dir(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stable-Baselines3 creates a log folder for every ``learn()``: keep them in the test's temporary folder."""
+    monkeypatch.setenv("SB3_LOGDIR", str(tmp_path / "sb3_logs"))
 
 
 @pytest.fixture(autouse=True)

@@ -8,6 +8,7 @@ import sys
 import time
 from abc import abstractmethod
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar, cast
 
 import numpy as np
@@ -37,6 +38,22 @@ def _get_obs_rms(vec_normalize: VecNormalize) -> RunningMeanStd:
 
 def _set_obs_rms(vec_normalize: VecNormalize, obs_rms: RunningMeanStd) -> None:
     vec_normalize.obs_rms = obs_rms  # type: ignore[assignment]  # typed as the dict variant by Stable-Baselines3
+
+
+@dataclass
+class EvaluatedRound:
+    """
+    The results of an evaluated population, kept until it is told: the model's callbacks see its episodes one at a
+    time, and a callback may stop training (or save the model) between two of them.
+
+    :param candidate_returns: One return per candidate, as :meth:`PopulationAlgorithm.tell` takes them.
+    :param episodes: ``(candidate_index, episode_index, episode_return, episode_length)`` of every episode.
+    :param n_reported: How many of ``episodes`` the callbacks have seen.
+    """
+
+    candidate_returns: np.ndarray
+    episodes: list[tuple[int, int, float, int]]
+    n_reported: int = 0
 
 
 class EnvStepProgressBar(ProgressBarCallback):
@@ -77,7 +94,9 @@ class PopulationAlgorithm(BaseAlgorithm):
     ``candidate_index``, ``episode_index``, ``candidate_weights``, ``dones`` and ``infos`` (with a Monitor-style
     ``infos[0]["episode"]``). Frequencies of ``EvalCallback`` or ``CheckpointCallback`` therefore count episodes
     (wrap them in ``EveryNTimesteps`` to count steps). A callback returning False stops training at once: the
-    round is not told, the policy stays the one the callback judged.
+    round is not told, the policy stays the one the callback judged, and the next ``learn()`` (also after
+    ``save()`` and ``load()``) goes on with the round's remaining episodes, then tells it, as an uninterrupted run
+    would.
 
     :param policy: The policy model to use ("LinearPolicy", "MlpPolicy" or a policy class).
     :param env: The environment to learn from (if registered in Gymnasium, can be str).
@@ -134,6 +153,7 @@ class PopulationAlgorithm(BaseAlgorithm):
         self._seed_entropy: int | None = None
         self._rng: np.random.Generator | None = None
         self._pending_candidates: np.ndarray | None = None
+        self._evaluated_round: EvaluatedRound | None = None
         self._saved_obs_rms: RunningMeanStd | None = None
 
     # --------------------------------------------------------------------------------- to implement
@@ -167,6 +187,21 @@ class PopulationAlgorithm(BaseAlgorithm):
             self._rng = np.random.default_rng(self._seed_sequence(SAMPLING_STREAM))
         if self._saved_obs_rms is not None and self._vec_normalize_env is not None:
             _set_obs_rms(self._vec_normalize_env, self._saved_obs_rms.copy())
+
+    def set_env(self, env: GymEnv, force_reset: bool = True) -> None:
+        """
+        Set the environment to learn from. If it is wrapped in ``VecNormalize``, the model's observation statistics
+        (those of its current environment, or those ``load()`` restored) are copied into it: the policy was trained
+        on observations normalised with them.
+
+        :param env: The environment for learning a policy.
+        :param force_reset: Force call to ``reset()`` before training.
+        """
+        vec_normalize = self._vec_normalize_env
+        obs_rms = self._saved_obs_rms if vec_normalize is None else _get_obs_rms(vec_normalize)
+        super().set_env(env, force_reset)
+        if obs_rms is not None and self._vec_normalize_env is not None:
+            _set_obs_rms(self._vec_normalize_env, obs_rms.copy())
 
     @property
     def n_params(self) -> int:
@@ -227,6 +262,7 @@ class PopulationAlgorithm(BaseAlgorithm):
             raise ValueError(f"returns has NaN or infinite values for candidates {not_finite.tolist()}")
         statistics = self._update(self._pending_candidates, values)
         self._pending_candidates = None
+        self._evaluated_round = None
         self._n_updates += 1
         return statistics
 
@@ -266,8 +302,7 @@ class PopulationAlgorithm(BaseAlgorithm):
             self._sync_observation_statistics(evaluator)
             callback.on_training_start(locals(), globals())
             while self.num_timesteps < total_timesteps:
-                self._update_current_progress_remaining(self.num_timesteps, total_timesteps)
-                if not self._run_round(evaluator, callback):
+                if not self._run_round(evaluator, callback, total_timesteps):
                     break
                 if log_interval > 0 and self._n_updates % log_interval == 0:
                     self.dump_logs()
@@ -348,54 +383,69 @@ class PopulationAlgorithm(BaseAlgorithm):
     def _round_seed(self) -> int:
         return int(self._seed_sequence(EVALUATION_STREAM, self._n_updates).generate_state(1)[0])
 
-    def _run_round(self, evaluator: CandidateEval, callback: BaseCallback) -> bool:
+    def _run_round(self, evaluator: CandidateEval, callback: BaseCallback, total_timesteps: int) -> bool:
         """
-        Ask, evaluate, report the episodes to the callback, tell.
+        Ask and evaluate (unless a stopped round is pending), report the episodes to the callback, tell.
 
+        :param evaluator: Evaluates the population.
+        :param callback: Sees every episode.
+        :param total_timesteps: The training budget, for the schedules' progress (taken at the round's start).
         :return: False if the callback asked to stop training (the round is then not told).
         """
+        if self._evaluated_round is None:
+            self._update_current_progress_remaining(self.num_timesteps, total_timesteps)
+            callback.on_rollout_start()
+            self._evaluated_round = self._evaluate_round(evaluator)
+        evaluated = self._evaluated_round
+        candidate_weights = self.ask()
+        dones = np.ones(1, dtype=bool)
+        while evaluated.n_reported < len(evaluated.episodes):
+            candidate_index, episode_index, episode_return, episode_length = evaluated.episodes[evaluated.n_reported]
+            evaluated.n_reported += 1
+            self.num_timesteps += episode_length
+            elapsed = (time.time_ns() - self.start_time) / 1e9
+            infos = [{"episode": {"r": episode_return, "l": episode_length, "t": round(elapsed, 6)}}]
+            self._update_info_buffer(infos, dones)
+            callback.update_locals(
+                {
+                    "candidate_index": candidate_index,
+                    "episode_index": episode_index,
+                    "episode_return": episode_return,
+                    "episode_length": episode_length,
+                    "candidate_weights": candidate_weights[candidate_index],
+                    "dones": dones,
+                    "infos": infos,
+                }
+            )
+            if not callback.on_step():
+                return False
+        callback.on_rollout_end()
+
+        self.logger.record("rollout/ep_rew_mean", safe_mean([episode[2] for episode in evaluated.episodes]))
+        self.logger.record("rollout/ep_len_mean", safe_mean([episode[3] for episode in evaluated.episodes]))
+        for key, value in self.tell(evaluated.candidate_returns).items():
+            self.logger.record(key, value)
+        return True
+
+    def _evaluate_round(self, evaluator: CandidateEval) -> EvaluatedRound:
+        """:return: The results of the population of :meth:`ask`, whose observations are merged into the model's."""
         candidate_weights = self.ask()
         pop_size = len(candidate_weights)
-        callback.on_rollout_start()
         evaluator.seed(self._round_seed())
         evaluator.send_jobs(candidate_weights, pop_size)
         results = evaluator.get_results()
         self._merge_observation_statistics(evaluator)
-
         candidate_returns = np.empty(pop_size, dtype=np.float64)
-        round_returns, round_lengths = [], []
+        episodes: list[tuple[int, int, float, int]] = []
         for candidate_index, (episode_returns, episode_lengths) in results:
             candidate_returns[candidate_index] = np.mean(episode_returns + self.alive_bonus_offset * episode_lengths)
-            round_returns.extend(episode_returns.tolist())
-            round_lengths.extend(episode_lengths.tolist())
-            for episode_index, (episode_return, episode_length) in enumerate(
-                zip(episode_returns.tolist(), episode_lengths.tolist(), strict=True)
-            ):
-                self.num_timesteps += int(episode_length)
-                elapsed = (time.time_ns() - self.start_time) / 1e9
-                infos = [{"episode": {"r": episode_return, "l": int(episode_length), "t": round(elapsed, 6)}}]
-                dones = np.ones(1, dtype=bool)
-                self._update_info_buffer(infos, dones)
-                callback.update_locals(
-                    {
-                        "candidate_index": candidate_index,
-                        "episode_index": episode_index,
-                        "episode_return": episode_return,
-                        "episode_length": int(episode_length),
-                        "candidate_weights": candidate_weights[candidate_index],
-                        "dones": dones,
-                        "infos": infos,
-                    }
+            episodes.extend(
+                (candidate_index, episode_index, episode_return, episode_length)
+                for episode_index, (episode_return, episode_length) in enumerate(
+                    zip(episode_returns.tolist(), episode_lengths.astype(int).tolist(), strict=True)
                 )
-                if not callback.on_step():
-                    return False
-        callback.on_rollout_end()
-
-        self.logger.record("rollout/ep_rew_mean", safe_mean(round_returns))
-        self.logger.record("rollout/ep_len_mean", safe_mean(round_lengths))
-        for key, value in self.tell(candidate_returns).items():
-            self.logger.record(key, value)
-        return True
+            )
+        return EvaluatedRound(candidate_returns, episodes)
 
     def dump_logs(self) -> None:
         """Write the round's statistics to the logger."""

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import torch as th
 from stable_baselines3.common.policies import BasePolicy
-from stable_baselines3.common.type_aliases import GymEnv
+from stable_baselines3.common.type_aliases import GymEnv, TensorDict
 
 from lit_sb3.population.base import PopulationAlgorithm
 
@@ -41,7 +41,9 @@ class GeneratorNormal:
 class CMAES(PopulationAlgorithm):
     """
     Covariance Matrix Adaptation Evolution Strategy, run by ``cma.CMAEvolutionStrategy`` (ask/tell on the negated
-    returns). The policy holds the distribution mean.
+    returns). The policy holds the distribution mean (cma's ``result.xfavorite``: the mean in the space of the
+    parameters, also with cma's bounds or variable transformations). Setting other parameters
+    (``set_parameters``) starts a new strategy around them, with ``sigma0`` and the current population size.
 
     The full covariance matrix costs ``O(n_params**2)`` memory and time per round; for large policies use the
     separable (diagonal) variant: ``cma_options={"CMA_diagonal": True}``. When cma reports that the strategy
@@ -147,6 +149,31 @@ class CMAES(PopulationAlgorithm):
             options["popsize"] = pop_size
         return cma.CMAEvolutionStrategy(mean.astype(np.float64), self.sigma0, options)
 
+    def set_parameters(
+        self,
+        load_path_or_dict: str | TensorDict,
+        exact_match: bool = True,
+        device: th.device | str = "auto",
+    ) -> None:
+        """
+        Load parameters into the policy; if they differ from the strategy's mean, a new strategy starts there.
+
+        :param load_path_or_dict: Location of the saved model, or a dict of state dicts, as Stable-Baselines3 takes.
+        :param exact_match: Whether every parameter must be given.
+        :param device: Device on which the parameters are loaded.
+        """
+        super().set_parameters(load_path_or_dict, exact_match, device)
+        strategy = self.strategy
+        weights = self.policy.parameters_to_vector()
+        if strategy is not None and not np.array_equal(weights, self._strategy_mean(strategy).astype(np.float32)):
+            self.strategy = self._new_strategy(weights, strategy.popsize, strategy.opts["randn"])
+            self._pending_candidates = self._evaluated_round = None
+
+    @staticmethod
+    def _strategy_mean(strategy: cma.CMAEvolutionStrategy) -> np.ndarray:
+        """:return: The mean of ``strategy`` in parameter space."""
+        return np.asarray(strategy.result.xfavorite, dtype=np.float64)
+
     @property
     def pop_size(self) -> int:
         """Candidates per round of the current strategy (grows with restarts)."""
@@ -161,12 +188,17 @@ class CMAES(PopulationAlgorithm):
         strategy = self.strategy
         assert strategy is not None
         strategy.tell(list(candidates), (-returns).tolist())  # cma minimises
+        randn = strategy.opts["randn"]
+        if strategy.sm.randn is not randn:
+            # When CMA_diagonal runs out, cma replaces its sampler with one drawing from numpy's global generator.
+            strategy.sm.randn = randn
         sigma = float(strategy.sigma)
         if strategy.stop() and self.n_restarts < self.restarts:
             self.n_restarts += 1
             pop_size = round(strategy.popsize * self.incpopsize)
-            strategy = self.strategy = self._new_strategy(strategy.mean, pop_size, strategy.opts["randn"])
-        self.policy.load_from_vector(strategy.mean)
+            mean = self._strategy_mean(strategy)
+            strategy = self.strategy = self._new_strategy(mean, pop_size, strategy.opts["randn"])
+        self.policy.load_from_vector(self._strategy_mean(strategy))
         return {
             "train/sigma": sigma,
             "train/pop_size": float(strategy.popsize),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from stable_baselines3.common.callbacks import BaseCallback, CheckpointCallback
 
 from lit_sb3.population import ARS, CMAES, ES, PopulationAlgorithm
 from population.helpers import ALGORITHMS, RoundEnds, make_model, normalized_pendulum_vec_env, short_cartpole_vec_env
@@ -68,3 +69,57 @@ def test_resume_is_exact_with_sgd_and_a_pending_population(tmp_path):
     np.testing.assert_array_equal(loaded.ask(), pending)
     assert isinstance(loaded.optimizer, th.optim.SGD)
     assert_same_state(model, loaded)
+
+
+class StopAfterEpisodes(BaseCallback):
+    """Stops training after ``n_episodes`` episodes."""
+
+    def __init__(self, n_episodes: int) -> None:
+        super().__init__()
+        self.n_episodes = n_episodes
+
+    def _on_step(self) -> bool:
+        return self.n_calls < self.n_episodes
+
+
+@pytest.mark.parametrize("stop_at_episode", [13, 16])  # inside round two; at its last episode
+def test_a_run_stopped_by_a_callback_resumes_exactly(stop_at_episode, tmp_path):
+    def linear_schedule(progress_remaining: float) -> float:
+        return 0.02 * progress_remaining
+
+    kwargs = {"learning_rate": linear_schedule, "delta_std": linear_schedule}
+    whole = make_model(ARS, env=normalized_pendulum_vec_env(), **kwargs)
+    whole.learn(1000)
+    stopped = make_model(ARS, env=normalized_pendulum_vec_env(), **kwargs)
+    stopped.learn(1000, callback=StopAfterEpisodes(stop_at_episode))
+    assert stopped._n_updates == 1 and stopped.num_timesteps == 20 * stop_at_episode  # 20-step episodes
+    stopped.save(tmp_path / "stopped.zip")
+    resumed = ARS.load(tmp_path / "stopped.zip", env=normalized_pendulum_vec_env())
+    resumed.learn(1000 - resumed.num_timesteps, reset_num_timesteps=False)
+    assert resumed.num_timesteps == whole.num_timesteps and resumed._n_updates == whole._n_updates
+    np.testing.assert_array_equal(
+        whole.get_vec_normalize_env().obs_rms.mean, resumed.get_vec_normalize_env().obs_rms.mean
+    )
+    assert_same_state(whole, resumed)
+
+
+def test_a_checkpoint_saved_mid_round_resumes_exactly(tmp_path):
+    whole = make_model(ARS, env=normalized_pendulum_vec_env())
+    whole.learn(800, callback=CheckpointCallback(save_freq=12, save_path=str(tmp_path)))  # 8 episodes a round
+    checkpoint = tmp_path / "rl_model_240_steps.zip"  # saved after episode 12, inside round two
+    resumed = ARS.load(checkpoint, env=normalized_pendulum_vec_env())
+    assert resumed.num_timesteps == 240 and resumed._n_updates == 1
+    resumed.learn(whole.num_timesteps - resumed.num_timesteps, reset_num_timesteps=False)
+    assert resumed.num_timesteps == whole.num_timesteps and resumed._n_updates == whole._n_updates
+    assert_same_state(whole, resumed)
+
+
+def test_statistics_restored_by_load_go_into_an_env_set_later(tmp_path):
+    model = make_model(ARS, env=normalized_pendulum_vec_env())
+    model.learn(400)
+    model.save(tmp_path / "model.zip")
+    loaded = ARS.load(tmp_path / "model.zip")
+    loaded.set_env(normalized_pendulum_vec_env())
+    saved_rms, loaded_rms = model.get_vec_normalize_env().obs_rms, loaded.get_vec_normalize_env().obs_rms
+    assert loaded_rms.count == saved_rms.count == model.num_timesteps + 1e-4
+    np.testing.assert_array_equal(loaded_rms.var, saved_rms.var)
