@@ -171,7 +171,7 @@ def run(task: Task, method: Method, seed: int, n_workers: int) -> RunResult:
     """Train one seed until the threshold or the budget."""
     model = method.make_model(make_env(task.env_id, task.normalize), seed)
     watcher = ThresholdWatcher(task, make_env(task.env_id, task.normalize, training=False))
-    env_fns = [functools.partial(make_env, task.env_id, task.normalize)] * n_workers
+    env_fns: list[Callable[[], VecEnv]] = [functools.partial(make_env, task.env_id, task.normalize)] * n_workers
     async_eval: Any = None
     if method.async_eval == "lit_sb3":
         async_eval = AsyncEval(env_fns, model.policy)
@@ -205,7 +205,7 @@ def ars_three_ways(hyper_parameters: dict[str, Any]) -> list[Method]:
     ]
 
 
-def defaults(algorithm: type[BaseAlgorithm]) -> Callable[[VecEnv, int], BaseAlgorithm]:
+def defaults(algorithm: Callable[..., BaseAlgorithm]) -> Callable[[VecEnv, int], BaseAlgorithm]:
     return lambda env, seed: algorithm("LinearPolicy", env, seed=seed)
 
 
@@ -286,14 +286,14 @@ def main() -> None:
             for seed, result in zip(args.seeds, results, strict=True):
                 curves.extend((task.name, method.label, seed, *point) for point in result.curve)
             reached = sum(result.steps_to_threshold is not None for result in results)
-            steps = median_or_none([result.steps_to_threshold for result in results])
-            seconds = median_or_none([result.time_to_threshold for result in results])
+            median_steps = median_or_none([result.steps_to_threshold for result in results])
+            median_seconds = median_or_none([result.time_to_threshold for result in results])
             final = statistics.median(result.final_return for result in results)
             throughput = statistics.median(result.steps_per_second for result in results)
-            median_times[method.label] = seconds
+            median_times[method.label] = median_seconds
             row = (
                 f"{task.name:<12} {method.label:<38} {reached:>3}/{len(results):<3} "
-                f"{format_value(steps, '{:,.0f}'):>19} {format_value(seconds, '{:.2f} s'):>18} "
+                f"{format_value(median_steps, '{:,.0f}'):>19} {format_value(median_seconds, '{:.2f} s'):>18} "
                 f"{throughput:>13,.0f} {final:>13.1f}"
             )
             rows.append(row)
