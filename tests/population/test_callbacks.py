@@ -126,3 +126,10 @@ def test_progress_bar_beside_a_functional_callback(monkeypatch):
     model.learn(300, progress_bar=True, callback=lambda _locals, _globals: calls.append(1) or True)
     assert len(calls) == model._n_updates * model.pop_size
     assert FakeTqdm.instances[-1].n == model.num_timesteps
+
+
+@pytest.mark.filterwarnings("ignore::tqdm.TqdmExperimentalWarning")  # Stable-Baselines3 uses tqdm.rich
+def test_progress_bar_with_tqdm_and_rich(capsys):
+    model = make_model(ARS)
+    model.learn(300, progress_bar=True)
+    assert f"{model.num_timesteps}/300" in capsys.readouterr().out  # a round always completes: may pass the total

@@ -1,4 +1,4 @@
-"""Logger keys, as sb3-contrib's ARS plus each algorithm's own, through the stdout and csv outputs."""
+"""Logger keys, as sb3-contrib's ARS plus each algorithm's own, through the stdout, csv and TensorBoard outputs."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ import csv
 
 import pytest
 from stable_baselines3.common.logger import configure
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from lit_sb3.population import ARS, CEM, CMAES, ES
-from population.helpers import make_model
+from population.helpers import RoundEnds, make_model
 
 COMMON_KEYS = {
     "rollout/ep_rew_mean",
@@ -46,3 +47,17 @@ def test_stdout_log_with_verbose_and_log_interval(capsys):
     printed = capsys.readouterr().out
     assert "ep_rew_mean" in printed and "step_size" in printed
     assert printed.count("total_timesteps") == model._n_updates // 2
+
+
+@pytest.mark.parametrize("algorithm", [ARS, CMAES])
+def test_tensorboard_log_has_the_keys_at_the_timesteps_of_the_rounds(algorithm, tmp_path):
+    model = make_model(algorithm, tensorboard_log=str(tmp_path))
+    rounds = RoundEnds()
+    model.learn(500, callback=rounds, tb_log_name="run")
+    (run_folder,) = tmp_path.iterdir()
+    assert run_folder.name == "run_1"
+    events = EventAccumulator(str(run_folder))
+    events.Reload()
+    expected = {"rollout/ep_rew_mean", "rollout/return_std", "time/fps"} | OWN_KEYS[algorithm]
+    assert expected <= set(events.Tags()["scalars"])
+    assert [event.step for event in events.Scalars("rollout/ep_rew_mean")] == rounds.timesteps
