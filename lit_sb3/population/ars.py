@@ -8,9 +8,8 @@ import numpy as np
 import torch as th
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, Schedule
-from stable_baselines3.common.utils import FloatSchedule
 
-from lit_sb3.population.base import PopulationAlgorithm
+from lit_sb3.population.base import PopulationAlgorithm, checked_schedule
 from lit_sb3.vec_env.candidate_eval import check_positive_int
 
 
@@ -90,7 +89,7 @@ class ARS(PopulationAlgorithm):
         self.n_top = n_top
         self.pop_size = 2 * n_delta
         self.delta_std = delta_std
-        self.delta_std_schedule = FloatSchedule(delta_std)
+        self.delta_std_schedule = checked_schedule("delta_std", delta_std)
         # The directions of the pending population, unscaled, and the noise scale they were sampled with.
         self._deltas: np.ndarray | None = None
         self._pending_delta_std = 0.0
@@ -98,12 +97,9 @@ class ARS(PopulationAlgorithm):
             self._setup_model()
 
     def _sample_candidates(self) -> np.ndarray:
-        assert self._rng is not None
-        self._pending_delta_std = float(self.delta_std_schedule(self._current_progress_remaining))
-        self._deltas = self._rng.standard_normal((self.n_delta, self.n_params))
-        weights = self.policy.parameters_to_vector().astype(np.float64)
-        perturbations = self._pending_delta_std * self._deltas
-        return np.concatenate([weights + perturbations, weights - perturbations])
+        self._pending_delta_std = self._scheduled("delta_std", self.delta_std_schedule)
+        self._deltas, candidates = self._antithetic_population(self.n_delta, self._pending_delta_std)
+        return candidates
 
     def _update(self, candidates: np.ndarray, returns: np.ndarray) -> dict[str, float]:
         assert self._deltas is not None
@@ -111,10 +107,10 @@ class ARS(PopulationAlgorithm):
         top = np.argsort(-np.maximum(plus_returns, minus_returns), kind="stable")[: self.n_top]
         plus_returns, minus_returns = plus_returns[top], minus_returns[top]
         return_std = float(np.std(np.concatenate([plus_returns, minus_returns])))
-        learning_rate = float(self.lr_schedule(self._current_progress_remaining))
+        learning_rate = self._scheduled("learning_rate", self.lr_schedule, allow_zero=True)
         # Equal returns everywhere give no direction (and a zero std): no step then.
         step_size = learning_rate / (self.n_top * return_std) if return_std > 0.0 else 0.0
-        weights = self.policy.parameters_to_vector().astype(np.float64)
+        weights = self._centre()
         weights += step_size * ((plus_returns - minus_returns) @ self._deltas[top])
         self.policy.load_from_vector(weights)
         self._deltas = None

@@ -18,8 +18,8 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import BaseCallback, ConvertCallback, ProgressBarCallback
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.running_mean_std import RunningMeanStd
-from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
-from stable_baselines3.common.utils import safe_mean
+from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule, TensorDict
+from stable_baselines3.common.utils import FloatSchedule, safe_mean
 from stable_baselines3.common.vec_env import VecNormalize
 
 from lit_sb3.population.policies import LinearPolicy, MlpPolicy
@@ -29,6 +29,44 @@ SelfPopulationAlgorithm = TypeVar("SelfPopulationAlgorithm", bound="PopulationAl
 
 #: First spawn keys of the seed sequences derived from the algorithm's seed (subclasses use others).
 SAMPLING_STREAM, EVALUATION_STREAM = 0, 1
+
+
+def check_population_size(pop_size: Any, *, even: bool = False) -> None:
+    """
+    :param pop_size: Candidates per round: an int of at least 2 (even with ``even``).
+    :param even: Whether the population is made of antithetic pairs.
+    :raises TypeError: if ``pop_size`` is not an int.
+    :raises ValueError: if it is too small or odd.
+    """
+    check_positive_int("pop_size", pop_size)
+    if pop_size < 2 or (even and pop_size % 2):
+        kind = "an even int (antithetic pairs)" if even else "an int"
+        raise ValueError(f"pop_size must be {kind} >= 2, got {pop_size}")
+
+
+def check_scale(name: str, value: float, *, allow_zero: bool = False) -> float:
+    """
+    :param name: Argument name for the message.
+    :param value: A step size or a noise scale.
+    :param allow_zero: Whether zero is a valid value.
+    :return: ``value`` as a float.
+    :raises ValueError: if it is not finite, negative, or zero without ``allow_zero``.
+    """
+    if not (np.isfinite(value) and (value >= 0.0 if allow_zero else value > 0.0)):
+        raise ValueError(f"{name} must be finite and {'>= 0' if allow_zero else '> 0'}, got {value}")
+    return float(value)
+
+
+def checked_schedule(name: str, value: float | Schedule, *, allow_zero: bool = False) -> Schedule:
+    """
+    :param name: Argument name for the message.
+    :param value: A constant or a schedule of the remaining progress (1 to 0).
+    :param allow_zero: Whether zero is a valid value.
+    :return: The schedule, whose value at the start of training was checked with :func:`check_scale`.
+    """
+    schedule = FloatSchedule(value)
+    check_scale(name, schedule(1.0), allow_zero=allow_zero)
+    return schedule
 
 
 def _get_obs_rms(vec_normalize: VecNormalize) -> RunningMeanStd:
@@ -83,6 +121,10 @@ class PopulationAlgorithm(BaseAlgorithm):
             candidate_weights = model.ask()
             model.tell([my_return(weights) for weights in candidate_weights])
 
+    Schedules (learning rate, noise) follow the progress of ``learn()``; with ask/tell alone they keep the value of
+    the progress of the last ``learn()`` (1 before any). :meth:`set_parameters` with other weights drops a pending
+    population.
+
     A candidate's return is the mean over its ``n_eval_episodes`` episodes of the episode return plus
     ``alive_bonus_offset`` per step. Episodes are reset with seeds derived from the seed and the round index, so a
     seeded run is the same in-process and with any number of workers, and ``load()`` then ``learn()`` continues it
@@ -132,6 +174,7 @@ class PopulationAlgorithm(BaseAlgorithm):
         device: th.device | str = "cpu",
     ) -> None:
         check_positive_int("n_eval_episodes", n_eval_episodes)
+        checked_schedule("learning_rate", learning_rate, allow_zero=True)
         super().__init__(
             policy,
             env,
@@ -153,6 +196,7 @@ class PopulationAlgorithm(BaseAlgorithm):
         self._seed_entropy: int | None = None
         self._rng: np.random.Generator | None = None
         self._pending_candidates: np.ndarray | None = None
+        self._pending_centre: np.ndarray | None = None  # the policy weights the pending population was sampled around
         self._evaluated_round: EvaluatedRound | None = None
         self._saved_obs_rms: RunningMeanStd | None = None
 
@@ -197,16 +241,59 @@ class PopulationAlgorithm(BaseAlgorithm):
         :param env: The environment for learning a policy.
         :param force_reset: Force call to ``reset()`` before training.
         """
-        vec_normalize = self._vec_normalize_env
-        obs_rms = self._saved_obs_rms if vec_normalize is None else _get_obs_rms(vec_normalize)
+        self._store_obs_rms()
         super().set_env(env, force_reset)
-        if obs_rms is not None and self._vec_normalize_env is not None:
-            _set_obs_rms(self._vec_normalize_env, obs_rms.copy())
+        if self._saved_obs_rms is not None and self._vec_normalize_env is not None:
+            _set_obs_rms(self._vec_normalize_env, self._saved_obs_rms.copy())
+
+    def _store_obs_rms(self) -> None:
+        """Keep a copy of the model's observation statistics, if its environment has them."""
+        if self._vec_normalize_env is not None:
+            self._saved_obs_rms = _get_obs_rms(self._vec_normalize_env).copy()
+
+    def set_parameters(
+        self,
+        load_path_or_dict: str | TensorDict,
+        exact_match: bool = True,
+        device: th.device | str = "auto",
+    ) -> None:
+        """
+        Load parameters into the policy. A pending population sampled around other weights is dropped.
+
+        :param load_path_or_dict: Location of the saved model, or a dict of state dicts, as Stable-Baselines3 takes.
+        :param exact_match: Whether every parameter must be given.
+        :param device: Device on which the parameters are loaded.
+        """
+        super().set_parameters(load_path_or_dict, exact_match, device)
+        centre = self._pending_centre
+        if centre is not None and not np.array_equal(self.policy.parameters_to_vector(), centre):
+            self._pending_candidates = self._pending_centre = self._evaluated_round = None
 
     @property
     def n_params(self) -> int:
         """Number of policy parameters: the dimension of the search space."""
         return sum(parameter.numel() for parameter in self.policy.parameters())
+
+    def _centre(self) -> np.ndarray:
+        """:return: The policy weights (float64): the centre of the search distribution."""
+        return self.policy.parameters_to_vector().astype(np.float64)
+
+    def _scheduled(self, name: str, schedule: Schedule, *, allow_zero: bool = False) -> float:
+        """:return: The value of ``schedule`` at the current progress, checked with :func:`check_scale`."""
+        return check_scale(name, schedule(self._current_progress_remaining), allow_zero=allow_zero)
+
+    def _antithetic_population(self, n_pairs: int, scale: float) -> tuple[np.ndarray, np.ndarray]:
+        """
+        :param n_pairs: Number of antithetic pairs.
+        :param scale: Standard deviation of the perturbations.
+        :return: The unscaled noise, shape ``(n_pairs, n_params)``, and the population: the centre plus each
+            scaled noise row, then the centre minus each.
+        """
+        assert self._rng is not None
+        noise = self._rng.standard_normal((n_pairs, self.n_params))
+        centre = self._centre()
+        perturbations = scale * noise
+        return noise, np.concatenate([centre + perturbations, centre - perturbations])
 
     def _seed_sequence(self, *spawn_key: int) -> np.random.SeedSequence:
         """:return: A seed sequence derived from the algorithm's seed and ``spawn_key`` only."""
@@ -240,6 +327,7 @@ class PopulationAlgorithm(BaseAlgorithm):
             per row, as ``policy.load_from_vector`` takes it (a copy).
         """
         if self._pending_candidates is None:
+            self._pending_centre = self.policy.parameters_to_vector()
             self._pending_candidates = self._sample_candidates()
         return self._pending_candidates.astype(np.float32)
 
@@ -261,8 +349,7 @@ class PopulationAlgorithm(BaseAlgorithm):
         if not_finite.size:
             raise ValueError(f"returns has NaN or infinite values for candidates {not_finite.tolist()}")
         statistics = self._update(self._pending_candidates, values)
-        self._pending_candidates = None
-        self._evaluated_round = None
+        self._pending_candidates = self._pending_centre = self._evaluated_round = None
         self._n_updates += 1
         return statistics
 
@@ -272,7 +359,7 @@ class PopulationAlgorithm(BaseAlgorithm):
         self: SelfPopulationAlgorithm,
         total_timesteps: int,
         callback: MaybeCallback = None,
-        log_interval: int = 1,
+        log_interval: int | None = 1,
         tb_log_name: str | None = None,
         reset_num_timesteps: bool = True,
         progress_bar: bool = False,
@@ -284,7 +371,7 @@ class PopulationAlgorithm(BaseAlgorithm):
 
         :param total_timesteps: The total number of samples (env steps) to train on; a round always completes.
         :param callback: Callback(s) called once per evaluated episode with the state of the algorithm.
-        :param log_interval: Rounds between two logger dumps.
+        :param log_interval: Rounds between two logger dumps (None or 0: no dumps).
         :param tb_log_name: The name of the run for TensorBoard logging; defaults to the algorithm's name.
         :param reset_num_timesteps: Whether or not to reset the current timestep number (used in logging).
         :param progress_bar: Display a progress bar of env steps using tqdm and rich.
@@ -301,10 +388,12 @@ class PopulationAlgorithm(BaseAlgorithm):
         try:
             self._sync_observation_statistics(evaluator)
             callback.on_training_start(locals(), globals())
+            if self._evaluated_round is not None:
+                callback.on_rollout_start()  # a round a callback stopped goes on
             while self.num_timesteps < total_timesteps:
                 if not self._run_round(evaluator, callback, total_timesteps):
                     break
-                if log_interval > 0 and self._n_updates % log_interval == 0:
+                if log_interval and self._n_updates % log_interval == 0:
                     self.dump_logs()
         finally:
             if evaluator is not async_eval:
@@ -342,7 +431,10 @@ class PopulationAlgorithm(BaseAlgorithm):
             assert self.env is not None
             return InProcessEval(self.env, self.policy, self.n_eval_episodes)
         if not isinstance(async_eval, CandidateEval):
-            raise TypeError(f"async_eval must be a lit_sb3 AsyncEval, got {type(async_eval)!r}")
+            raise TypeError(
+                f"async_eval must be a lit_sb3 AsyncEval, got {type(async_eval)!r}: build "
+                "lit_sb3.AsyncEval(envs_fn, model.policy) with the arguments of sb3-contrib's AsyncEval"
+            )
         if async_eval.n_params != self.n_params:
             raise ValueError(
                 f"async_eval was built for a policy with {async_eval.n_params} parameters, "
@@ -473,6 +565,5 @@ class PopulationAlgorithm(BaseAlgorithm):
         :param exclude: Names of parameters that should be excluded in addition to the default ones.
         :param include: Names of parameters that might be excluded but should be included anyway.
         """
-        vec_normalize = self._vec_normalize_env
-        self._saved_obs_rms = None if vec_normalize is None else _get_obs_rms(vec_normalize).copy()
+        self._store_obs_rms()
         super().save(path, exclude, include)

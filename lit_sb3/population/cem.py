@@ -8,9 +8,8 @@ import numpy as np
 import torch as th
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, Schedule
-from stable_baselines3.common.utils import FloatSchedule
 
-from lit_sb3.population.base import PopulationAlgorithm
+from lit_sb3.population.base import PopulationAlgorithm, check_population_size, check_scale, checked_schedule
 
 
 class CEM(PopulationAlgorithm):
@@ -62,12 +61,10 @@ class CEM(PopulationAlgorithm):
         device: th.device | str = "cpu",
         _init_setup_model: bool = True,
     ) -> None:
-        if not isinstance(pop_size, int) or isinstance(pop_size, bool) or pop_size < 2:
-            raise ValueError(f"pop_size must be an int >= 2, got {pop_size!r}")
+        check_population_size(pop_size)
         if not 0.0 < elite_fraction <= 1.0:
             raise ValueError(f"elite_fraction must be in (0, 1], got {elite_fraction}")
-        if not initial_std > 0.0:
-            raise ValueError(f"initial_std must be positive, got {initial_std}")
+        check_scale("initial_std", initial_std)
         super().__init__(
             policy,
             env,
@@ -87,7 +84,7 @@ class CEM(PopulationAlgorithm):
         self.n_elite = max(1, round(elite_fraction * pop_size))
         self.initial_std = initial_std
         self.extra_noise = extra_noise
-        self.extra_noise_schedule = FloatSchedule(extra_noise)
+        self.extra_noise_schedule = checked_schedule("extra_noise", extra_noise, allow_zero=True)
         #: Standard deviation of every parameter (set by _setup_model unless load() restored it).
         self.std: np.ndarray | None = None
         if _init_setup_model:
@@ -100,12 +97,11 @@ class CEM(PopulationAlgorithm):
 
     def _sample_candidates(self) -> np.ndarray:
         assert self._rng is not None and self.std is not None
-        mean = self.policy.parameters_to_vector().astype(np.float64)
-        return mean + self.std * self._rng.standard_normal((self.pop_size, self.n_params))
+        return self._centre() + self.std * self._rng.standard_normal((self.pop_size, self.n_params))
 
     def _update(self, candidates: np.ndarray, returns: np.ndarray) -> dict[str, float]:
         elite = np.argsort(-returns, kind="stable")[: self.n_elite]
-        extra_noise = float(self.extra_noise_schedule(self._current_progress_remaining))
+        extra_noise = self._scheduled("extra_noise", self.extra_noise_schedule, allow_zero=True)
         self.policy.load_from_vector(candidates[elite].mean(axis=0))
         self.std = np.sqrt(candidates[elite].var(axis=0) + extra_noise)
         return {

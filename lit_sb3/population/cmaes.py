@@ -10,7 +10,7 @@ import torch as th
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, TensorDict
 
-from lit_sb3.population.base import PopulationAlgorithm
+from lit_sb3.population.base import PopulationAlgorithm, check_population_size, check_scale
 
 with warnings.catch_warnings():
     # cma warns at import when matplotlib is missing; its plots are not used here.
@@ -92,11 +92,10 @@ class CMAES(PopulationAlgorithm):
         device: th.device | str = "cpu",
         _init_setup_model: bool = True,
     ) -> None:
-        if not sigma0 > 0.0:
-            raise ValueError(f"sigma0 must be positive, got {sigma0}")
-        if pop_size is not None and (not isinstance(pop_size, int) or isinstance(pop_size, bool) or pop_size < 2):
-            raise ValueError(f"pop_size must be an int >= 2 or None, got {pop_size!r}")
-        if not isinstance(restarts, int) or restarts < 0:
+        check_scale("sigma0", sigma0)
+        if pop_size is not None:
+            check_population_size(pop_size)
+        if not isinstance(restarts, int | np.integer) or isinstance(restarts, bool) or restarts < 0:
             raise ValueError(f"restarts must be a non-negative int, got {restarts!r}")
         if not incpopsize >= 1.0:
             raise ValueError(f"incpopsize must be >= 1, got {incpopsize}")
@@ -167,7 +166,6 @@ class CMAES(PopulationAlgorithm):
         weights = self.policy.parameters_to_vector()
         if strategy is not None and not np.array_equal(weights, self._strategy_mean(strategy).astype(np.float32)):
             self.strategy = self._new_strategy(weights, strategy.popsize, strategy.opts["randn"])
-            self._pending_candidates = self._evaluated_round = None
 
     @staticmethod
     def _strategy_mean(strategy: cma.CMAEvolutionStrategy) -> np.ndarray:

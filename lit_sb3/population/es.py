@@ -8,9 +8,9 @@ import numpy as np
 import torch as th
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, Schedule
-from stable_baselines3.common.utils import FloatSchedule, update_learning_rate
+from stable_baselines3.common.utils import update_learning_rate
 
-from lit_sb3.population.base import PopulationAlgorithm
+from lit_sb3.population.base import PopulationAlgorithm, check_population_size, checked_schedule
 
 
 def centered_ranks(values: np.ndarray) -> np.ndarray:
@@ -81,8 +81,7 @@ class ES(PopulationAlgorithm):
         device: th.device | str = "cpu",
         _init_setup_model: bool = True,
     ) -> None:
-        if not isinstance(pop_size, int) or isinstance(pop_size, bool) or pop_size < 2 or pop_size % 2:
-            raise ValueError(f"pop_size must be an even int >= 2 (antithetic pairs), got {pop_size!r}")
+        check_population_size(pop_size, even=True)
         if weight_decay < 0:
             raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
         super().__init__(
@@ -101,7 +100,7 @@ class ES(PopulationAlgorithm):
         )
         self.pop_size = pop_size
         self.sigma = sigma
-        self.sigma_schedule = FloatSchedule(sigma)
+        self.sigma_schedule = checked_schedule("sigma", sigma)
         self.weight_decay = weight_decay
         self.optimizer_class = optimizer_class
         if optimizer_kwargs is None:
@@ -127,19 +126,16 @@ class ES(PopulationAlgorithm):
         return ["policy", "optimizer"], []
 
     def _sample_candidates(self) -> np.ndarray:
-        assert self._rng is not None
-        self._pending_sigma = float(self.sigma_schedule(self._current_progress_remaining))
-        self._noise = self._rng.standard_normal((self.pop_size // 2, self.n_params))
-        weights = self.policy.parameters_to_vector().astype(np.float64)
-        perturbations = self._pending_sigma * self._noise
-        return np.concatenate([weights + perturbations, weights - perturbations])
+        self._pending_sigma = self._scheduled("sigma", self.sigma_schedule)
+        self._noise, candidates = self._antithetic_population(self.pop_size // 2, self._pending_sigma)
+        return candidates
 
     def _update(self, candidates: np.ndarray, returns: np.ndarray) -> dict[str, float]:
         assert self._noise is not None
         shaped = centered_ranks(returns)
         n_pairs = self.pop_size // 2
         gradient = (shaped[:n_pairs] - shaped[n_pairs:]) @ self._noise / (self.pop_size * self._pending_sigma)
-        learning_rate = float(self.lr_schedule(self._current_progress_remaining))
+        learning_rate = self._scheduled("learning_rate", self.lr_schedule, allow_zero=True)
         update_learning_rate(self.optimizer, learning_rate)
         # The optimiser minimises: its gradient is the negated ascent direction.
         descent = th.as_tensor(-gradient, dtype=th.float32, device=self.device)

@@ -46,6 +46,11 @@ class MlpPolicy(BasePolicy):
     ) -> None:
         if not isinstance(action_space, spaces.Box | spaces.Discrete):
             raise ValueError(f"action_space must be Box or Discrete for {type(self).__name__}, got {action_space}")
+        if isinstance(action_space, spaces.Box) and squash_output and not action_space.is_bounded():
+            raise ValueError(
+                f"squash_output=True squashes actions into the bounds of action_space, which has infinite bounds "
+                f"({action_space}): use squash_output=False (actions are then clipped to the bounds)"
+            )
         super().__init__(
             observation_space, action_space, squash_output=isinstance(action_space, spaces.Box) and squash_output
         )

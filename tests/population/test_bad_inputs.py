@@ -12,7 +12,7 @@ from stable_baselines3.common.env_util import make_vec_env
 
 from lit_sb3 import AsyncEval
 from lit_sb3.population import ARS, CEM, CMAES, ES
-from population.helpers import ALGORITHMS, make_model
+from population.helpers import ALGORITHMS, make_model, short_cartpole_vec_env
 
 
 class SpacesEnv(gym.Env):
@@ -58,19 +58,25 @@ def test_unsupported_spaces(algorithm, observation_space, action_space, message)
         (ARS, {"n_delta": 4, "n_top": 5}, "n_top=5 is larger than n_delta=4"),
         (ARS, {"n_delta": 0}, "n_delta must be at least 1"),
         (ARS, {"n_top": 0}, "n_top must be at least 1"),
-        (ES, {"pop_size": 1}, "pop_size must be an even int >= 2"),
-        (ES, {"pop_size": 7}, "pop_size must be an even int >= 2"),
+        (ES, {"pop_size": 1}, r"pop_size must be an even int \(antithetic pairs\) >= 2, got 1"),
+        (ES, {"pop_size": 7}, r"pop_size must be an even int \(antithetic pairs\) >= 2, got 7"),
         (ES, {"weight_decay": -1.0}, "weight_decay must be >= 0"),
-        (CEM, {"pop_size": 1}, "pop_size must be an int >= 2"),
+        (CEM, {"pop_size": 1}, "pop_size must be an int >= 2, got 1"),
         (CEM, {"elite_fraction": 0.0}, "elite_fraction must be in"),
-        (CEM, {"initial_std": 0.0}, "initial_std must be positive"),
-        (CMAES, {"pop_size": 1}, "pop_size must be an int >= 2"),
-        (CMAES, {"sigma0": -1.0}, "sigma0 must be positive"),
+        (CEM, {"initial_std": 0.0}, "initial_std must be finite and > 0, got 0.0"),
+        (CMAES, {"pop_size": 1}, "pop_size must be an int >= 2, got 1"),
+        (CMAES, {"sigma0": -1.0}, "sigma0 must be finite and > 0, got -1.0"),
         (CMAES, {"restarts": -1}, "restarts must be a non-negative int"),
         (CMAES, {"incpopsize": 0.5}, "incpopsize must be >= 1"),
         (CMAES, {"cma_options": {"popsize": 4}}, "cma_options must not set 'popsize': use the pop_size argument"),
         (CMAES, {"cma_options": {"seed": 4}}, "cma_options must not set 'seed': use the seed argument"),
         (CEM, {"n_eval_episodes": 0}, "n_eval_episodes must be at least 1"),
+        (ARS, {"delta_std": 0.0}, "delta_std must be finite and > 0, got 0.0"),
+        (ARS, {"learning_rate": -0.1}, "learning_rate must be finite and >= 0, got -0.1"),
+        (ARS, {"learning_rate": lambda _progress: float("nan")}, "learning_rate must be finite and >= 0, got nan"),
+        (ES, {"sigma": 0.0}, "sigma must be finite and > 0, got 0.0"),
+        (CEM, {"extra_noise": -0.01}, "extra_noise must be finite and >= 0, got -0.01"),
+        (CMAES, {"restarts": True}, "restarts must be a non-negative int"),
     ],
 )
 def test_bad_hyper_parameters(algorithm, kwargs, message):
@@ -78,9 +84,22 @@ def test_bad_hyper_parameters(algorithm, kwargs, message):
         make_model(algorithm, **kwargs)
 
 
+def test_a_schedule_that_turns_negative_fails_when_it_does():
+    model = make_model(ARS, env=short_cartpole_vec_env(), delta_std=lambda progress_remaining: progress_remaining - 0.5)
+    with pytest.raises(ValueError, match="delta_std must be finite and > 0, got -0"):
+        model.learn(2000)  # rounds of 400 steps at most
+    assert model._n_updates > 0  # the rounds before the schedule turned were run
+
+
+def test_populations_sizes_as_numpy_ints_and_bad_types():
+    assert make_model(CEM, pop_size=np.int64(6)).ask().shape[0] == 6
+    with pytest.raises(TypeError, match="pop_size must be an int"):
+        make_model(ES, pop_size=8.0)
+
+
 def test_bad_async_eval():
     model = make_model(ARS)
-    with pytest.raises(TypeError, match="async_eval must be a lit_sb3 AsyncEval"):
+    with pytest.raises(TypeError, match=r"async_eval must be a lit_sb3 AsyncEval, .*: build lit_sb3\.AsyncEval"):
         model.learn(100, async_eval=object())
     pendulum_policy = make_model(ARS, env="Pendulum-v1").policy
     with (

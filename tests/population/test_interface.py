@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import inspect
+
 import gymnasium as gym
 import numpy as np
 import pytest
+import sb3_contrib
+import torch as th
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 import lit_sb3
-from lit_sb3.population import ARS, LinearPolicy, MlpPolicy
+from lit_sb3.population import ARS, CEM, ES, LinearPolicy, MlpPolicy
 from population.helpers import ALGORITHMS, cartpole_vec_env, make_model
 
 
@@ -69,3 +73,52 @@ def test_load_then_learn_keeps_the_model_settings(tmp_path):
     loaded = ARS.load(tmp_path / "model.zip", env=cartpole_vec_env())
     assert (loaded.n_delta, loaded.n_top, loaded.alive_bonus_offset) == (4, 2, -1.0)
     loaded.learn(100)
+
+
+@pytest.mark.parametrize("algorithm", [ARS, ES])
+def test_set_parameters_drops_a_population_sampled_around_other_weights(algorithm):
+    model = make_model(algorithm)
+    first = model.ask()
+    other = make_model(algorithm, zero_policy=False, seed=1)
+    model.set_parameters(other.get_parameters())
+    candidates = model.ask()
+    assert not np.array_equal(candidates, first)
+    n_pairs = len(candidates) // 2
+    np.testing.assert_allclose(
+        (candidates[:n_pairs] + candidates[n_pairs:]) / 2,
+        np.tile(other.policy.parameters_to_vector(), (n_pairs, 1)),
+        atol=1e-6,
+    )
+    model.set_parameters(model.get_parameters())  # the same weights: the population stays
+    np.testing.assert_array_equal(model.ask(), candidates)
+
+
+def test_cem_keeps_the_weights_it_was_given():
+    model = make_model(CEM, initial_std=1e-3)
+    model.ask()
+    weights = np.full(model.n_params, 5.0, dtype=np.float32)
+    model.set_parameters({"policy": {"action_net.0.weight": th.as_tensor(weights.reshape(2, 4))}})
+    candidates = model.ask()
+    model.tell(np.zeros(len(candidates)))
+    np.testing.assert_allclose(model.policy.parameters_to_vector(), weights, atol=0.01)
+
+
+def test_learn_with_log_interval_none_writes_no_logs(capsys):
+    model = make_model(ARS, verbose=1)
+    model.learn(300, log_interval=None)
+    assert model._n_updates >= 1 and "total_timesteps" not in capsys.readouterr().out
+
+
+def test_ars_has_the_arguments_and_defaults_of_sb3_contrib_ars():
+    theirs = inspect.signature(sb3_contrib.ARS.__init__).parameters
+    ours = inspect.signature(ARS.__init__).parameters
+    assert {name: parameter.default for name, parameter in theirs.items()} == {
+        name: ours[name].default for name in theirs
+    }
+    # An rl-zoo style configuration (its algorithm keyword arguments) builds the same policy in both.
+    config = {"n_delta": 8, "n_top": 4, "delta_std": 0.025, "learning_rate": 0.018, "alive_bonus_offset": -1.0}
+    config |= {"zero_policy": False, "policy_kwargs": {"net_arch": [16]}}
+    model = ARS("MlpPolicy", "Pendulum-v1", **config)
+    reference = sb3_contrib.ARS("MlpPolicy", "Pendulum-v1", **config)
+    assert model.policy.state_dict().keys() == reference.policy.state_dict().keys()
+    model.learn(200)

@@ -49,7 +49,7 @@ def test_stdout_log_with_verbose_and_log_interval(capsys):
     assert printed.count("total_timesteps") == model._n_updates // 2
 
 
-@pytest.mark.parametrize("algorithm", [ARS, CMAES])
+@pytest.mark.parametrize("algorithm", [ARS, ES, CEM, CMAES])
 def test_tensorboard_log_has_the_keys_at_the_timesteps_of_the_rounds(algorithm, tmp_path):
     model = make_model(algorithm, tensorboard_log=str(tmp_path))
     rounds = RoundEnds()

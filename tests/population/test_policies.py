@@ -92,6 +92,14 @@ def test_unsupported_action_space_is_rejected():
         MlpPolicy(BOX_OBS, spaces.MultiDiscrete([2, 3]))
 
 
+def test_squashing_needs_bounded_actions():
+    unbounded = spaces.Box(-np.inf, np.inf, shape=(2,), dtype=np.float32)
+    with pytest.raises(ValueError, match=r"squash_output=True squashes actions .* infinite bounds"):
+        MlpPolicy(BOX_OBS, unbounded)
+    action, _ = MlpPolicy(BOX_OBS, unbounded, squash_output=False).predict(BOX_OBS.sample())
+    assert np.isfinite(action).all()
+
+
 def test_cartpole_policy_runs_on_gym_observations():
     env = gym.make("CartPole-v1")
     policy = LinearPolicy(env.observation_space, env.action_space)

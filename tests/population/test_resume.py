@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import gymnasium as gym
 import numpy as np
 import pytest
 from stable_baselines3.common.callbacks import BaseCallback, CheckpointCallback
+from stable_baselines3.common.vec_env import DummyVecEnv
 
 from lit_sb3.population import ARS, CMAES, ES, PopulationAlgorithm
 from population.helpers import ALGORITHMS, RoundEnds, make_model, normalized_pendulum_vec_env, short_cartpole_vec_env
@@ -123,3 +125,39 @@ def test_statistics_restored_by_load_go_into_an_env_set_later(tmp_path):
     saved_rms, loaded_rms = model.get_vec_normalize_env().obs_rms, loaded.get_vec_normalize_env().obs_rms
     assert loaded_rms.count == saved_rms.count == model.num_timesteps + 1e-4
     np.testing.assert_array_equal(loaded_rms.var, saved_rms.var)
+
+
+def test_statistics_survive_load_without_env_then_save_and_a_plain_env_in_between(tmp_path):
+    model = make_model(ARS, env=normalized_pendulum_vec_env())
+    model.learn(400)
+    count = model.get_vec_normalize_env().obs_rms.count
+    model.save(tmp_path / "first.zip")
+    ARS.load(tmp_path / "first.zip").save(tmp_path / "second.zip")  # no env in between
+    loaded = ARS.load(tmp_path / "second.zip", env=normalized_pendulum_vec_env())
+    assert loaded.get_vec_normalize_env().obs_rms.count == count
+    loaded.set_env(DummyVecEnv([lambda: gym.make("Pendulum-v1", max_episode_steps=20)]))
+    loaded.set_env(normalized_pendulum_vec_env())
+    assert loaded.get_vec_normalize_env().obs_rms.count == count
+
+
+class RolloutCounter(BaseCallback):
+    def __init__(self) -> None:
+        super().__init__()
+        self.starts = self.ends = 0
+
+    def _on_rollout_start(self) -> None:
+        self.starts += 1
+
+    def _on_rollout_end(self) -> None:
+        self.ends += 1
+
+    def _on_step(self) -> bool:
+        return True
+
+
+def test_a_resumed_round_starts_for_the_callbacks_of_the_new_learn_call():
+    model = make_model(ARS, env=short_cartpole_vec_env())
+    model.learn(1000, callback=StopAfterEpisodes(3))
+    counter = RolloutCounter()
+    model.learn(200, callback=counter, reset_num_timesteps=False)
+    assert counter.starts == counter.ends == model._n_updates >= 1
