@@ -268,6 +268,11 @@ class PopulationAlgorithm(BaseAlgorithm):
         centre = self._pending_centre
         if centre is not None and not np.array_equal(self.policy.parameters_to_vector(), centre):
             self._pending_candidates = self._pending_centre = self._evaluated_round = None
+        self._parameters_set()
+
+    def _parameters_set(self) -> None:
+        """Called after :meth:`set_parameters` (also by ``load()``): a method whose state is more than the policy
+        weights follows them here."""
 
     @property
     def n_params(self) -> int:

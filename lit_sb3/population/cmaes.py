@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import torch as th
 from stable_baselines3.common.policies import BasePolicy
-from stable_baselines3.common.type_aliases import GymEnv, TensorDict
+from stable_baselines3.common.type_aliases import GymEnv
 
 from lit_sb3.population.base import PopulationAlgorithm, check_population_size, check_scale
 
@@ -148,20 +148,8 @@ class CMAES(PopulationAlgorithm):
             options["popsize"] = pop_size
         return cma.CMAEvolutionStrategy(mean.astype(np.float64), self.sigma0, options)
 
-    def set_parameters(
-        self,
-        load_path_or_dict: str | TensorDict,
-        exact_match: bool = True,
-        device: th.device | str = "auto",
-    ) -> None:
-        """
-        Load parameters into the policy; if they differ from the strategy's mean, a new strategy starts there.
-
-        :param load_path_or_dict: Location of the saved model, or a dict of state dicts, as Stable-Baselines3 takes.
-        :param exact_match: Whether every parameter must be given.
-        :param device: Device on which the parameters are loaded.
-        """
-        super().set_parameters(load_path_or_dict, exact_match, device)
+    def _parameters_set(self) -> None:
+        # Other weights than the strategy's mean: a new strategy starts there.
         strategy = self.strategy
         weights = self.policy.parameters_to_vector()
         if strategy is not None and not np.array_equal(weights, self._strategy_mean(strategy).astype(np.float32)):

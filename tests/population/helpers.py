@@ -53,3 +53,22 @@ class RoundEnds(BaseCallback):
 
     def _on_step(self) -> bool:
         return True
+
+
+class EpisodeRecorder(BaseCallback):
+    """Records what every ``on_step`` sees."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.steps: list[dict] = []
+        self.rollout_starts = self.rollout_ends = 0
+
+    def _on_rollout_start(self) -> None:
+        self.rollout_starts += 1
+
+    def _on_rollout_end(self) -> None:
+        self.rollout_ends += 1
+
+    def _on_step(self) -> bool:
+        self.steps.append({**self.locals, "num_timesteps": self.num_timesteps})
+        return True

@@ -8,33 +8,13 @@ import numpy as np
 import pytest
 from stable_baselines3.common import callbacks as sb3_callbacks
 from stable_baselines3.common.callbacks import (
-    BaseCallback,
     CheckpointCallback,
     EvalCallback,
     StopTrainingOnRewardThreshold,
 )
 
 from lit_sb3.population import ARS
-from population.helpers import ALGORITHMS, cartpole_vec_env, make_model
-
-
-class EpisodeRecorder(BaseCallback):
-    """Records what every ``on_step`` sees."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.steps: list[dict] = []
-        self.rollout_starts = self.rollout_ends = 0
-
-    def _on_rollout_start(self) -> None:
-        self.rollout_starts += 1
-
-    def _on_rollout_end(self) -> None:
-        self.rollout_ends += 1
-
-    def _on_step(self) -> bool:
-        self.steps.append({**self.locals, "num_timesteps": self.num_timesteps})
-        return True
+from population.helpers import ALGORITHMS, EpisodeRecorder, cartpole_vec_env, make_model
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)

@@ -9,7 +9,14 @@ from stable_baselines3.common.callbacks import BaseCallback, CheckpointCallback
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 from lit_sb3.population import ARS, CMAES, ES, PopulationAlgorithm
-from population.helpers import ALGORITHMS, RoundEnds, make_model, normalized_pendulum_vec_env, short_cartpole_vec_env
+from population.helpers import (
+    ALGORITHMS,
+    EpisodeRecorder,
+    RoundEnds,
+    make_model,
+    normalized_pendulum_vec_env,
+    short_cartpole_vec_env,
+)
 
 
 def assert_same_state(model: PopulationAlgorithm, other: PopulationAlgorithm) -> None:
@@ -140,24 +147,9 @@ def test_statistics_survive_load_without_env_then_save_and_a_plain_env_in_betwee
     assert loaded.get_vec_normalize_env().obs_rms.count == count
 
 
-class RolloutCounter(BaseCallback):
-    def __init__(self) -> None:
-        super().__init__()
-        self.starts = self.ends = 0
-
-    def _on_rollout_start(self) -> None:
-        self.starts += 1
-
-    def _on_rollout_end(self) -> None:
-        self.ends += 1
-
-    def _on_step(self) -> bool:
-        return True
-
-
 def test_a_resumed_round_starts_for_the_callbacks_of_the_new_learn_call():
     model = make_model(ARS, env=short_cartpole_vec_env())
     model.learn(1000, callback=StopAfterEpisodes(3))
-    counter = RolloutCounter()
-    model.learn(200, callback=counter, reset_num_timesteps=False)
-    assert counter.starts == counter.ends == model._n_updates >= 1
+    recorder = EpisodeRecorder()
+    model.learn(200, callback=recorder, reset_num_timesteps=False)
+    assert recorder.rollout_starts == recorder.rollout_ends == model._n_updates >= 1
