@@ -22,7 +22,7 @@ the task's budget of env steps.
 Run from the repository root, after ``pip install -e ".[test]"``::
 
     python benchmarks/learning.py --quick            # CartPole only, under a minute
-    python benchmarks/learning.py                    # every task: about 1.5 hours on 2 cores
+    python benchmarks/learning.py                    # every task: about 2 hours on 2 cores
     python benchmarks/learning.py --tasks swimmer --curves swimmer.csv
 """
 
