@@ -175,7 +175,7 @@ class CMAES(PopulationAlgorithm):
         assert strategy is not None
         strategy.tell(list(candidates), (-returns).tolist())  # cma minimises
         randn = strategy.opts["randn"]
-        if strategy.sm.randn is not randn:
+        if getattr(strategy.sm, "randn", randn) is not randn:
             # When CMA_diagonal runs out, cma replaces its sampler with one drawing from numpy's global generator.
             strategy.sm.randn = randn
         sigma = float(strategy.sigma)
