@@ -44,7 +44,7 @@ import sb3_contrib
 from sb3_contrib.common.vec_env import AsyncEval as ContribAsyncEval
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import BaseCallback
-from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecNormalize
+from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecNormalize, sync_envs_normalization
 
 from lit_sb3 import ARS, CEM, CMAES, ES, AsyncEval
 from lit_sb3.vec_env import InProcessEval
@@ -152,9 +152,9 @@ class ThresholdWatcher(BaseCallback):
         assert self._evaluator is not None
         now = time.perf_counter()
         wall_time = now - self._started_at - self._eval_time
-        training_env = self.model.get_vec_normalize_env()
-        if isinstance(self.eval_env, VecNormalize) and training_env is not None:
-            self.eval_env.obs_rms = training_env.obs_rms.copy()
+        training_env = self.model.get_env()
+        assert training_env is not None
+        sync_envs_normalization(training_env, self.eval_env)
         self._evaluator.seed(EVAL_SEED)
         self._evaluator.send_jobs(self.model.policy.parameters_to_vector()[None], 1)
         ((_, (episode_returns, _)),) = self._evaluator.get_results()

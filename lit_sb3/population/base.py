@@ -229,8 +229,7 @@ class PopulationAlgorithm(BaseAlgorithm):
             # Unseeded, draw from numpy's global generator: runs seeded the Stable-Baselines3 way stay reproducible.
             self._seed_entropy = self.seed if self.seed is not None else int(np.random.randint(2**31 - 1))
             self._rng = np.random.default_rng(self._seed_sequence(SAMPLING_STREAM))
-        if self._saved_obs_rms is not None and self._vec_normalize_env is not None:
-            _set_obs_rms(self._vec_normalize_env, self._saved_obs_rms.copy())
+        self._restore_obs_rms()
 
     def set_env(self, env: GymEnv, force_reset: bool = True) -> None:
         """
@@ -243,6 +242,10 @@ class PopulationAlgorithm(BaseAlgorithm):
         """
         self._store_obs_rms()
         super().set_env(env, force_reset)
+        self._restore_obs_rms()
+
+    def _restore_obs_rms(self) -> None:
+        """Copy the kept observation statistics into the environment's ``VecNormalize``, if both exist."""
         if self._saved_obs_rms is not None and self._vec_normalize_env is not None:
             _set_obs_rms(self._vec_normalize_env, self._saved_obs_rms.copy())
 
