@@ -130,3 +130,36 @@ def test_image_observations_take_the_torch_path() -> None:
     batched.load(0, weights)
     observations = rng.integers(0, 256, size=(1, 4, 4, 3), dtype=np.uint8)
     np.testing.assert_array_equal(batched.act(observations, [0]), predict(policy, weights, observations))
+
+
+class DirectPolicy(BasePolicy):
+    """``action_net(features_extractor(obs))`` from a package the kernels know nothing of; ``sign`` flips it."""
+
+    def __init__(self, observation_space: spaces.Space, action_space: spaces.Box, sign: float = 1.0) -> None:
+        super().__init__(observation_space, action_space)
+        self.features_extractor = self.make_features_extractor()
+        self.action_net = nn.Sequential(nn.Linear(5, 8), nn.Tanh(), nn.Linear(8, 3))
+        self.sign = sign
+
+    def forward(self, obs: th.Tensor, deterministic: bool = True) -> th.Tensor:
+        return self.sign * self.action_net(self.extract_features(obs, self.features_extractor))
+
+    def _predict(self, observation: th.Tensor, deterministic: bool = True) -> th.Tensor:
+        return self(observation)
+
+
+def test_layouts_are_recognised_by_their_modules_and_checked_against_predict() -> None:
+    """A policy of the ARS layout takes the numpy path whatever defines it; a lookalike that computes something else
+    from the same modules takes the torch path."""
+    rng = np.random.default_rng(5)
+    direct = DirectPolicy(OBSERVATION_SPACE, BOX)
+    batched = make_batched_policy(direct, 2)
+    assert isinstance(batched, NumpyMlpPolicy)
+    weights = flat_weights(direct, rng)
+    batched.load(0, weights)
+    observations = rng.normal(0.0, 3.0, (2, 5)).astype(np.float32)
+    np.testing.assert_allclose(
+        batched.act(observations, [0, 1])[0], predict(direct, weights, observations[:1])[0], rtol=1e-5, atol=5e-5
+    )
+    flipped = DirectPolicy(OBSERVATION_SPACE, BOX, sign=-1.0)
+    assert isinstance(make_batched_policy(flipped, 2), TorchPolicyCopies)

@@ -1,8 +1,10 @@
 """Batched action computation: one candidate's weights per slot, all slots' actions in one call.
 
-Known Stable-Baselines3 policy shapes (ARS linear/MLP policies, ``ActorCriticPolicy``, TD3 and SAC actors with MLP
-extractors, on flat Box observations and Box or Discrete actions) run as float32 numpy maths on weights sliced once
-per candidate from the flat parameter vector. Anything else runs through copies of the torch policy.
+Known Stable-Baselines3 policy shapes (``ActorCriticPolicy``, TD3 and SAC actors with MLP extractors, and any policy
+that is ``action_net(features_extractor(obs))`` such as the ARS linear/MLP policies, on flat Box observations and
+Box or Discrete actions) run as float32 numpy maths on weights sliced once per candidate from the flat parameter
+vector, once a probe on random weights has shown that they give ``predict``'s actions. Anything else runs through
+copies of the torch policy.
 
 The numpy path is batch-invariant: a slot's actions depend only on its own weights and observation, whatever the
 other slots hold, because each slot's matrix product is a separate BLAS call of the same shape.
@@ -13,7 +15,7 @@ from __future__ import annotations
 import copy
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import torch as th
@@ -229,10 +231,7 @@ def mlp_layout(policy: BasePolicy) -> MlpLayout | None:
     is_box = isinstance(action_space, spaces.Box)
     modules: list[nn.Module] = []
     output: str
-    if _is_ars_policy(policy):
-        modules = [policy.features_extractor, *_sequence(cast(nn.Module, policy.action_net))]
-        output = "argmax" if not is_box else ("unscale" if policy.squash_output else "clip")
-    elif type(policy) is ActorCriticPolicy:
+    if type(policy) is ActorCriticPolicy:
         if isinstance(policy.action_dist, DiagGaussianDistribution) and is_box and not policy.squash_output:
             output = "clip"
         elif isinstance(policy.action_dist, CategoricalDistribution):
@@ -246,6 +245,9 @@ def mlp_layout(policy: BasePolicy) -> MlpLayout | None:
     elif type(policy) is SACPolicy and type(policy.actor) is SACActor and not policy.actor.use_sde:
         modules = [policy.actor.features_extractor, *_sequence(policy.actor.latent_pi), policy.actor.mu]
         output = "tanh_unscale"
+    elif (direct := _direct_action_modules(policy)) is not None:
+        modules = direct
+        output = "argmax" if not is_box else ("unscale" if policy.squash_output else "clip")
     else:
         return None
     if not isinstance(modules[0], FlattenExtractor):
@@ -253,19 +255,55 @@ def mlp_layout(policy: BasePolicy) -> MlpLayout | None:
     layers = _dense_layers(modules[1:], offsets)
     if not layers or layers[0].in_features != int(np.prod(observation_space.shape)):
         return None
-    return MlpLayout(tuple(layers), output, action_space)
+    layout = MlpLayout(tuple(layers), output, action_space)
+    return layout if _reproduces_predict(policy, layout) else None
 
 
-def _is_ars_policy(policy: BasePolicy) -> bool:
-    # Imported here: lit_sb3.population imports the evaluation package.
-    from lit_sb3.population.policies import MlpPolicy as PopulationMlpPolicy
+def _direct_action_modules(policy: BasePolicy) -> list[nn.Module] | None:
+    """
+    The layout of the ARS policies (lit_sb3's and sb3-contrib's alike): ``action_net(features_extractor(obs))``,
+    recognised by its modules, whatever package defines the class.
 
-    if isinstance(policy, PopulationMlpPolicy):
-        return True
-    # sb3-contrib is optional: recognise its ARS policy by name.
-    return any(
-        cls.__module__ == "sb3_contrib.ars.policies" and cls.__name__ == "ARSPolicy" for cls in type(policy).__mro__
-    )
+    :return: The features extractor then the layers of ``action_net``, if those two hold every parameter.
+    """
+    features_extractor = getattr(policy, "features_extractor", None)
+    action_net = getattr(policy, "action_net", None)
+    if not isinstance(features_extractor, nn.Module) or not isinstance(action_net, nn.Module):
+        return None
+    owned = {id(parameter) for module in (features_extractor, action_net) for parameter in module.parameters()}
+    if owned != {id(parameter) for parameter in policy.parameters()}:
+        return None  # more networks than the action path (e.g. a critic): not this layout
+    return [features_extractor, *_sequence(action_net)]
+
+
+#: Random probes of a recognised layout against ``policy.predict``: how many observations, and the tolerance.
+PROBE_OBSERVATIONS = 4
+PROBE_TOLERANCE = 1e-4
+
+
+def _reproduces_predict(policy: BasePolicy, layout: MlpLayout) -> bool:
+    """
+    Whether the numpy kernel gives ``policy.predict``'s actions on random weights and observations: recognising a
+    layout by its modules says nothing of what ``forward`` does with them, so a policy that does more (or something
+    else) takes the torch path.
+    """
+    rng = np.random.default_rng(0)
+    probe = copy.deepcopy(policy).to("cpu")
+    probe.set_training_mode(False)
+    n_params = sum(parameter.numel() for parameter in probe.parameters())
+    weights = rng.normal(0.0, 0.5, n_params).astype(np.float32)
+    shape = (PROBE_OBSERVATIONS, *(policy.observation_space.shape or ()))
+    observations = rng.normal(0.0, 3.0, shape).astype(np.float32)
+    kernel = NumpyMlpPolicy(layout, PROBE_OBSERVATIONS)
+    for slot in range(PROBE_OBSERVATIONS):
+        kernel.load(slot, weights)
+    actions = kernel.act(observations, list(range(PROBE_OBSERVATIONS)))
+    probe.load_from_vector(weights)
+    with th.no_grad():
+        expected, _ = probe.predict(observations, deterministic=True)
+    if isinstance(layout.action_space, spaces.Discrete):
+        return bool(np.array_equal(actions, expected))
+    return bool(np.allclose(actions, expected, rtol=PROBE_TOLERANCE, atol=PROBE_TOLERANCE))
 
 
 def _sequence(module: nn.Module) -> list[nn.Module]:
