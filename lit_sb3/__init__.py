@@ -1,7 +1,8 @@
 """lit_sb3: population-based and asynchronous reinforcement learning on Stable-Baselines3."""
 
 from lit_sb3.evaluation.obs_rms import merge_obs_rms
-from lit_sb3.population import ARS, CEM, CMAES, ES, LinearPolicy, MlpPolicy
+from lit_sb3.policies import LinearPolicy, MlpPolicy
+from lit_sb3.population import ARS, CEM, CMAES, ES
 from lit_sb3.vec_env.async_eval import AsyncEval
 from lit_sb3.workers.errors import PoolClosedError, WorkerDiedError, WorkerError, WorkerTimeoutError
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 from stable_baselines3.common.env_util import make_vec_env
 
-from lit_sb3.population.policies import LinearPolicy, MlpPolicy
+from lit_sb3.policies import LinearPolicy, MlpPolicy
 from lit_sb3.vec_env.async_eval import AsyncEval
 
 POLICIES = {"linear": LinearPolicy, "mlp": MlpPolicy}

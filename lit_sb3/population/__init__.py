@@ -5,6 +5,5 @@ from lit_sb3.population.base import PopulationAlgorithm
 from lit_sb3.population.cem import CEM
 from lit_sb3.population.cmaes import CMAES
 from lit_sb3.population.es import ES
-from lit_sb3.population.policies import LinearPolicy, MlpPolicy
 
-__all__ = ["ARS", "CEM", "CMAES", "ES", "LinearPolicy", "MlpPolicy", "PopulationAlgorithm"]
+__all__ = ["ARS", "CEM", "CMAES", "ES", "PopulationAlgorithm"]

@@ -9,8 +9,8 @@ import torch as th
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, Schedule
 
+from lit_sb3.checks import check_positive_int
 from lit_sb3.population.base import PopulationAlgorithm, checked_schedule
-from lit_sb3.vec_env.candidate_eval import check_positive_int
 
 
 class ARS(PopulationAlgorithm):

@@ -22,8 +22,9 @@ from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedul
 from stable_baselines3.common.utils import FloatSchedule, safe_mean
 from stable_baselines3.common.vec_env import VecNormalize
 
-from lit_sb3.population.policies import LinearPolicy, MlpPolicy
-from lit_sb3.vec_env.candidate_eval import CandidateEval, InProcessEval, check_positive_int
+from lit_sb3.checks import check_positive_int, check_scale
+from lit_sb3.policies import LinearPolicy, MlpPolicy
+from lit_sb3.vec_env.candidate_eval import CandidateEval, InProcessEval
 
 SelfPopulationAlgorithm = TypeVar("SelfPopulationAlgorithm", bound="PopulationAlgorithm")
 
@@ -42,19 +43,6 @@ def check_population_size(pop_size: Any, *, even: bool = False) -> None:
     if pop_size < 2 or (even and pop_size % 2):
         kind = "an even int (antithetic pairs)" if even else "an int"
         raise ValueError(f"pop_size must be {kind} >= 2, got {pop_size}")
-
-
-def check_scale(name: str, value: float, *, allow_zero: bool = False) -> float:
-    """
-    :param name: Argument name for the message.
-    :param value: A step size or a noise scale.
-    :param allow_zero: Whether zero is a valid value.
-    :return: ``value`` as a float.
-    :raises ValueError: if it is not finite, negative, or zero without ``allow_zero``.
-    """
-    if not (np.isfinite(value) and (value >= 0.0 if allow_zero else value > 0.0)):
-        raise ValueError(f"{name} must be finite and {'>= 0' if allow_zero else '> 0'}, got {value}")
-    return float(value)
 
 
 def checked_schedule(name: str, value: float | Schedule, *, allow_zero: bool = False) -> Schedule:

@@ -9,7 +9,8 @@ import torch as th
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, Schedule
 
-from lit_sb3.population.base import PopulationAlgorithm, check_population_size, check_scale, checked_schedule
+from lit_sb3.checks import check_scale
+from lit_sb3.population.base import PopulationAlgorithm, check_population_size, checked_schedule
 
 
 class CEM(PopulationAlgorithm):

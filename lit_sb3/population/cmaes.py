@@ -10,7 +10,8 @@ import torch as th
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv
 
-from lit_sb3.population.base import PopulationAlgorithm, check_population_size, check_scale
+from lit_sb3.checks import check_scale
+from lit_sb3.population.base import PopulationAlgorithm, check_population_size
 
 with warnings.catch_warnings():
     # cma warns at import when matplotlib is missing; its plots are not used here.

@@ -15,6 +15,7 @@ from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.running_mean_std import RunningMeanStd
 from stable_baselines3.common.vec_env import VecEnv
 
+from lit_sb3.checks import check_positive_int
 from lit_sb3.evaluation.evaluator import CandidateEvaluator, RoundSpec
 from lit_sb3.evaluation.obs_rms import ObsRms, check_same_statistics, copy_obs_rms, merge_obs_rms
 from lit_sb3.workers.app import TaskError
@@ -304,19 +305,6 @@ class InProcessEval(CandidateEval):
 
 def _returning(env: VecEnv) -> Callable[[], VecEnv]:
     return lambda: env
-
-
-def check_positive_int(name: str, value: Any) -> None:
-    """
-    :param name: Argument name for the message.
-    :param value: The value to check.
-    :raises TypeError: if ``value`` is not an int.
-    :raises ValueError: if it is below 1.
-    """
-    if not isinstance(value, int | np.integer) or isinstance(value, bool):
-        raise TypeError(f"{name} must be an int, got {type(value)!r}")
-    if value < 1:
-        raise ValueError(f"{name} must be at least 1, got {value}")
 
 
 def _weights_matrix(candidate_weights: th.Tensor | np.ndarray, pop_size: int, n_params: int) -> np.ndarray:

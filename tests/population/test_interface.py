@@ -12,7 +12,8 @@ import torch as th
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 import lit_sb3
-from lit_sb3.population import ARS, CEM, ES, LinearPolicy, MlpPolicy
+from lit_sb3.policies import LinearPolicy, MlpPolicy
+from lit_sb3.population import ARS, CEM, ES
 from population.helpers import ALGORITHMS, cartpole_vec_env, make_model
 
 

@@ -10,7 +10,7 @@ from gymnasium import spaces
 from sb3_contrib.ars.policies import ARSLinearPolicy, ARSPolicy
 
 from lit_sb3.evaluation.policy_kernels import NumpyMlpPolicy, make_batched_policy
-from lit_sb3.population import LinearPolicy, MlpPolicy
+from lit_sb3.policies import LinearPolicy, MlpPolicy
 
 BOX_OBS = spaces.Box(-2.0, 2.0, shape=(5,), dtype=np.float32)
 SPACES_AND_KWARGS = [
