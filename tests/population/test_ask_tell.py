@@ -46,11 +46,26 @@ def test_ask_again_before_tell_returns_the_same_candidates(algorithm):
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_tell_accepts_lists_and_tensors_and_returns_statistics(algorithm):
-    model = make_model(algorithm)
-    statistics = model.tell(list(range(len(model.ask()))))
-    assert statistics and all(isinstance(value, float) for value in statistics.values())
-    statistics = model.tell(th.arange(len(model.ask()), dtype=th.float32))
-    assert model._n_updates == 2
+    """A list, a tensor and a numpy array of the same returns give the same update."""
+    told = {kind: make_model(algorithm) for kind in ("numpy", "list", "tensor")}
+    rng = np.random.default_rng(0)
+    for _ in range(2):
+        returns = rng.normal(size=len(told["numpy"].ask())).astype(np.float32)
+        for kind in ("list", "tensor"):
+            np.testing.assert_array_equal(told[kind].ask(), told["numpy"].ask())
+        weights_before = told["numpy"].policy.parameters_to_vector()
+        statistics = {
+            "numpy": told["numpy"].tell(returns),
+            "list": told["list"].tell(returns.tolist()),
+            "tensor": told["tensor"].tell(th.from_numpy(returns)),
+        }
+        assert statistics["numpy"] and all(isinstance(value, float) for value in statistics["numpy"].values())
+        assert statistics["list"] == statistics["numpy"] == statistics["tensor"]
+        weights = told["numpy"].policy.parameters_to_vector()
+        assert not np.array_equal(weights, weights_before)  # the update moved the centre
+        for kind in ("list", "tensor"):
+            np.testing.assert_array_equal(told[kind].policy.parameters_to_vector(), weights)
+    assert all(model._n_updates == 2 for model in told.values())
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
