@@ -1,18 +1,280 @@
-"""The lit-sb3 command line, run as users run it."""
+"""The lit-sb3 command line: train, evaluate and bench, their outputs and every user error path."""
 
 from __future__ import annotations
 
+import csv
+import pathlib
 import subprocess
 import sys
+import textwrap
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+import torch as th
+from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.evaluation import evaluate_policy
+from stable_baselines3.common.vec_env import VecNormalize
+
+import lit_sb3
+from lit_sb3 import ARS
+from lit_sb3.cli import main
+from lit_sb3.cli.hyperparams import load_hyperparams, read_literal
+
+RL_ZOO_ARS = textwrap.dedent(
+    """\
+    # Tuned
+    CartPole-v1:
+      n_envs: 1
+      n_timesteps: !!float 5e4
+      policy: 'LinearPolicy'
+      n_delta: 2
+
+    # Tuned
+    Pendulum-v1: &pendulum-params
+      n_envs: 1
+      n_timesteps: !!float 2e6
+      policy: 'MlpPolicy'
+      normalize: "dict(norm_obs=True, norm_reward=False)"
+      learning_rate: !!float 0.018
+      n_delta: 4
+      n_top: 1
+      delta_std: 0.1
+      policy_kwargs: "dict(net_arch=[16])"
+      zero_policy: False
+
+    # Tuned
+    MountainCarContinuous-v0:
+      <<: *pendulum-params
+      n_timesteps: !!float 5e5
+      delta_std: 0.2
+
+    HalfCheetah-v4:
+      n_envs: 1
+      policy: 'LinearPolicy'
+      n_timesteps: !!float 1.25e7
+      learning_rate: !!float 0.02
+      delta_std: !!float 0.03
+      n_delta: 32
+      n_top: 4
+      alive_bonus_offset: 0
+      normalize: "dict(norm_obs=True, norm_reward=False)"
+    """
+)
 
 
-def run(*args: str) -> subprocess.CompletedProcess:
+def run(*args: str, cwd: pathlib.Path | None = None) -> subprocess.CompletedProcess:
     command = [sys.executable, "-m", "lit_sb3.cli", *args]
-    return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    return subprocess.run(command, capture_output=True, text=True, timeout=300, check=False, cwd=cwd)
 
 
-def test_evaluate_prints_a_results_table() -> None:
-    result = run("evaluate", "--env", "CartPole-v1", "--pop-size", "6", "--episodes", "2", "--top", "4")
+def call(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """Run ``lit-sb3 ARGS`` in this process: exit status, standard output and standard error."""
+    try:
+        main(list(args))
+        status = 0
+    except SystemExit as exit_:
+        status = exit_.code if isinstance(exit_.code, int) else 1
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def read_rounds(path: pathlib.Path) -> list[dict[str, float]]:
+    with path.open() as stream:
+        return [{key: float(value) for key, value in row.items()} for row in csv.DictReader(stream)]
+
+
+@pytest.fixture(scope="module")
+def cartpole_model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[pathlib.Path]:
+    """An ARS model trained for two rounds on CartPole-v1 by ``lit-sb3 train``."""
+    folder = tmp_path_factory.mktemp("cartpole_model")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SB3_LOGDIR", str(folder / "sb3_logs"))
+        main(["train", "ars", "CartPole-v1", "--total-timesteps", "500", "--workers", "0", "--save", str(folder / "m")])
+    yield folder / "m.zip"
+
+
+# ------------------------------------------------------------------------------------------------------ help
+
+
+@pytest.mark.parametrize("command", [[], ["train"], ["evaluate"], ["bench"]])
+def test_help_shows_an_example(capsys: pytest.CaptureFixture[str], command: list[str]) -> None:
+    status, out, _ = call(capsys, *command, "--help")
+    assert status == 0
+    examples = out[out.index("examples:") :]
+    assert f"lit-sb3 {command[0] if command else 'train'} " in examples
+
+
+# ----------------------------------------------------------------------------------------------------- train
+
+
+def test_train_writes_model_rounds_and_learning_curve(
+    capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path
+) -> None:
+    stem = tmp_path / "runs" / "ars"
+    status, out, err = call(
+        capsys,
+        *["train", "ars", "CartPole-v1", "--total-timesteps", "3000", "--workers", "0", "--seed", "3"],
+        *["--save", str(stem), "--tensorboard-log", str(tmp_path / "tb")],
+    )
+    assert status == 0, err
+    model = ARS.load(stem.with_suffix(".zip"))
+    rounds = read_rounds(stem.with_suffix(".csv"))
+    assert len(rounds) >= 2 and [row["round"] for row in rounds] == list(range(1, len(rounds) + 1))
+    steps = [row["env_steps"] for row in rounds]
+    assert steps == sorted(steps) and steps[0] > 0 and steps[-1] == model.num_timesteps >= 3000
+    for row in rounds:
+        assert row["candidates"] == row["episodes"] == 2 * model.n_delta
+        assert 8 <= row["worst_return"] <= row["mean_return"] <= row["best_return"] <= 500
+        assert row["mean_episode_length"] == row["mean_return"]  # CartPole pays 1 a step
+    import matplotlib.image
+
+    image = matplotlib.image.imread(stem.with_suffix(".png"))
+    assert image.ndim == 3 and image.shape[0] > 200 and image.shape[1] > 300 and image.std() > 0
+    assert list((tmp_path / "tb").rglob("events.out.tfevents.*"))
+    assert "CartPole-v1" in out and f"{model.num_timesteps:,}" in out and str(stem.with_suffix(".png")) in out
+
+
+def test_train_results_do_not_depend_on_the_workers(capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path) -> None:
+    for workers in ("0", "2"):
+        status, _, err = call(
+            capsys,
+            *["train", "cem", "CartPole-v1", "--total-timesteps", "1500", "--seed", "1", "--n-eval-episodes", "2"],
+            *["--workers", workers, "--save", str(tmp_path / workers)],
+        )
+        assert status == 0, err
+    in_process, on_workers = read_rounds(tmp_path / "0.csv"), read_rounds(tmp_path / "2.csv")
+    columns = ["env_steps", "mean_return", "best_return", "worst_return", "mean_episode_length", "episodes"]
+    assert [[row[key] for key in columns] for row in in_process] == [
+        [row[key] for key in columns] for row in on_workers
+    ]
+    assert in_process[0]["episodes"] == 2 * in_process[0]["candidates"]
+    first, second = (lit_sb3.CEM.load(tmp_path / f"{workers}.zip").policy for workers in ("0", "2"))
+    np.testing.assert_array_equal(first.parameters_to_vector(), second.parameters_to_vector())
+
+
+def test_train_takes_an_rl_zoo_entry(capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path) -> None:
+    (tmp_path / "ars.yml").write_text(RL_ZOO_ARS)
+    status, _, err = call(
+        capsys,
+        *["train", "ars", "Pendulum-v1", "--hyperparams", str(tmp_path / "ars.yml"), "--total-timesteps", "1000"],
+        *["--workers", "2", "--save", str(tmp_path / "pendulum")],
+    )
+    assert status == 0, err
+    env = VecNormalize(make_vec_env("Pendulum-v1"), norm_reward=False)
+    model = ARS.load(tmp_path / "pendulum.zip", env=env)
+    assert (model.n_delta, model.n_top, model.delta_std, model.learning_rate) == (4, 1, 0.1, 0.018)
+    assert model.policy_kwargs == {"net_arch": [16]} and type(model.policy).__name__ == "MlpPolicy"
+    assert model.num_timesteps == 1600  # one round (the budget overrides the file): 8 candidates x 200 steps
+    assert env.obs_rms.count > 1600  # the observation statistics were saved with the model and restored
+    env.close()
+
+
+def test_rl_zoo_entries_are_read_unchanged(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "ars.yml").write_text(RL_ZOO_ARS)
+    cheetah = load_hyperparams(tmp_path / "ars.yml", "HalfCheetah-v4", ARS)
+    assert cheetah.algo_kwargs == {
+        "learning_rate": 0.02,
+        "delta_std": 0.03,
+        "n_delta": 32,
+        "n_top": 4,
+        "alive_bonus_offset": 0,
+    }
+    assert (cheetah.policy, cheetah.n_timesteps, cheetah.n_envs) == ("LinearPolicy", 12_500_000, 1)
+    assert cheetah.normalize_kwargs == {"norm_obs": True, "norm_reward": False}
+    merged = load_hyperparams(tmp_path / "ars.yml", "MountainCarContinuous-v0", ARS)
+    assert merged.algo_kwargs["delta_std"] == 0.2 and merged.algo_kwargs["n_delta"] == 4
+    assert merged.n_timesteps == 500_000 and merged.algo_kwargs["policy_kwargs"] == {"net_arch": [16]}
+    (tmp_path / "entry.yml").write_text("n_delta: 3\nnormalize: true\nlearning_rate: lin_0.5\n")
+    entry = load_hyperparams(tmp_path / "entry.yml", "CartPole-v1", ARS)
+    assert entry.normalize_kwargs == {"norm_obs": True, "norm_reward": False}
+    assert entry.algo_kwargs["learning_rate"](1.0) == 0.5 and entry.algo_kwargs["learning_rate"](0.5) == 0.25
+
+
+def test_read_literal_reads_rl_zoo_values_and_runs_nothing() -> None:
+    assert read_literal("dict(net_arch=[64, 64], activation_fn=nn.Tanh, bias=-1.5)") == {
+        "net_arch": [64, 64],
+        "activation_fn": th.nn.Tanh,
+        "bias": -1.5,
+    }
+    assert read_literal("th.optim.SGD") is th.optim.SGD
+    assert read_literal("{'a': (1, 2)}") == {"a": (1, 2)}
+    for text in ["__import__('os').system('true')", "nn.Module.__subclasses__", "os.path", "dict(**x)", "[1, 2"]:
+        with pytest.raises((ValueError, SyntaxError)):
+            read_literal(text)
+
+
+@pytest.mark.slow
+def test_train_runs_rl_zoo_halfcheetah_entry(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "ars.yml").write_text(RL_ZOO_ARS)
+    result = run(
+        *["train", "ars", "HalfCheetah-v4", "--hyperparams", "ars.yml", "--total-timesteps", "1", "--workers", "2"],
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    rounds = read_rounds(tmp_path / "runs" / "ars_HalfCheetah-v4.csv")
+    assert len(rounds) == 1 and rounds[0]["env_steps"] == 64_000 and rounds[0]["candidates"] == 64
+
+
+# -------------------------------------------------------------------------------------------------- evaluate
+
+
+def test_evaluate_prints_the_returns_of_a_saved_model(
+    capsys: pytest.CaptureFixture[str], cartpole_model: pathlib.Path
+) -> None:
+    status, out, err = call(capsys, "evaluate", str(cartpole_model), "CartPole-v1", "--episodes", "3")
+    assert status == 0, err
+    lines = out.splitlines()
+    assert lines[0].split() == ["episode", "return", "length"]
+    rows = [line.split() for line in lines[1:4]]
+    assert [row[0] for row in rows] == ["0", "1", "2"]
+    assert all(float(row[1]) == float(row[2]) and 8 <= float(row[2]) <= 500 for row in rows)
+    mean = np.mean([float(row[1]) for row in rows])
+    assert f"mean return {mean:.2f}" in out
+
+
+def test_evaluate_normalises_with_the_saved_statistics(
+    capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path
+) -> None:
+    stem = tmp_path / "pendulum"
+    status, _, err = call(
+        capsys,
+        *["train", "ars", "Pendulum-v1", "--normalize", "--total-timesteps", "6000", "--workers", "0"],
+        *["--save", str(stem), "--policy", "MlpPolicy"],
+    )
+    assert status == 0, err
+    status, out, err = call(capsys, "evaluate", str(stem) + ".zip", "Pendulum-v1", "--episodes", "2", "--seed", "5")
+    assert status == 0, err
+    printed = [float(line.split()[1]) for line in out.splitlines()[1:3]]
+
+    def returns(normalised: bool) -> list[float]:
+        env = make_vec_env("Pendulum-v1")
+        if normalised:
+            env = VecNormalize(env, training=False, norm_reward=False)
+        model = ARS.load(stem.with_suffix(".zip"), env=env)
+        env.seed(5)
+        episode_returns, _ = evaluate_policy(model.policy, env, n_eval_episodes=2, return_episode_rewards=True)
+        env.close()
+        return [round(float(value), 2) for value in episode_returns]  # type: ignore[union-attr]
+
+    assert printed == returns(normalised=True) != returns(normalised=False)
+
+
+def test_evaluate_records_videos(
+    capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path, cartpole_model: pathlib.Path
+) -> None:
+    videos = tmp_path / "videos"
+    status, _, err = call(
+        capsys, "evaluate", str(cartpole_model), "CartPole-v1", "--episodes", "2", "--render-video", str(videos)
+    )
+    assert status == 0, err
+    files = sorted(videos.glob("*.mp4"))
+    assert [path.name for path in files] == ["CartPole-v1-episode-0.mp4", "CartPole-v1-episode-1.mp4"]
+    assert all(path.stat().st_size > 1000 for path in files)
+
+
+def test_evaluate_keeps_the_random_population() -> None:
+    result = run("evaluate", "--random-population", "CartPole-v1", "--pop-size", "6", "--episodes", "2", "--top", "4")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0].split() == ["candidate", "mean", "return", "std", "mean", "length"]
@@ -22,7 +284,161 @@ def test_evaluate_prints_a_results_table() -> None:
     assert "6 candidates x 2 episodes of CartPole-v1" in result.stdout
 
 
-def test_evaluate_refuses_bad_arguments() -> None:
-    result = run("evaluate", "--pop-size", "0")
-    assert result.returncode != 0
-    assert "--pop-size must be at least 1" in result.stderr
+# ----------------------------------------------------------------------------------------------------- bench
+
+
+@pytest.mark.slow
+def test_bench_prints_the_quick_table() -> None:
+    result = run("bench", "--rounds", "1")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[2].startswith("| case | ours steps/s | sb3-contrib steps/s")
+    rows = [line for line in lines if line.startswith("| Pendulum-v1, n_envs=1, LinearPolicy")]
+    assert len(rows) == 1 and float(rows[0].split("|")[2].replace(",", "")) > 0
+
+
+# ------------------------------------------------------------------------------------------------ user errors
+
+BAD_FILES = {
+    "bad.yml": "CartPole-v1:\n  n_delta: [1, 2\n",
+    "unknown.yml": "CartPole-v1:\n  n_deltas: 4\n",
+    "other_env.yml": "Pendulum-v1:\n  n_delta: 4\n",
+    "wrapper.yml": "CartPole-v1:\n  env_wrapper: gymnasium.wrappers.TimeAwareObservation\n",
+    "values.yml": "n_delta: 2\nn_top: 4\n",
+    "unreadable.yml": 'policy_kwargs: "dict(net_arch=[16]"\n',
+    "code.yml": "policy_kwargs: \"__import__('os').system('touch hacked')\"\n",
+    "list.yml": "- n_delta\n",
+    "not_a_model.zip": "plain text",
+}
+
+TRAIN = ["train", "ars", "CartPole-v1", "--workers", "0", "--total-timesteps", "100"]
+USER_ERRORS = [
+    (["train", "ppo2", "CartPole-v1"], "unknown algorithm 'ppo2' (choose from ars, cem, cmaes, es)"),
+    (["train", "ars", "NoSuchEnv-v0"], "unknown environment id 'NoSuchEnv-v0'"),
+    (["train", "ars", "CartPole-v9"], "unknown environment id 'CartPole-v9'"),
+    (["train", "ars", "no_such_module:Env-v0"], "needs the module 'no_such_module'"),
+    ([*TRAIN, "--hyperparams", "missing.yml"], "hyper-parameter file 'missing.yml' does not exist"),
+    ([*TRAIN, "--hyperparams", "bad.yml"], "bad YAML in bad.yml"),
+    ([*TRAIN, "--hyperparams", "unknown.yml"], "unknown hyper-parameter 'n_deltas' for ARS (known: alive_bonus_off"),
+    ([*TRAIN, "--hyperparams", "other_env.yml"], "other_env.yml has no entry for CartPole-v1 (it has Pendulum-v1)"),
+    ([*TRAIN, "--hyperparams", "wrapper.yml"], "'env_wrapper' (an rl-zoo setting) is not supported"),
+    ([*TRAIN, "--hyperparams", "values.yml"], "bad hyper-parameters for ARS: n_top=4 is larger than n_delta=2"),
+    ([*TRAIN, "--hyperparams", "unreadable.yml"], "policy_kwargs: cannot read"),
+    ([*TRAIN, "--hyperparams", "code.yml"], "policy_kwargs: cannot read"),
+    ([*TRAIN, "--hyperparams", "list.yml"], "list.yml must hold a mapping"),
+    ([*TRAIN, "--workers", "-1"], "--workers must be 0 (this process) or more"),
+    ([*TRAIN, "--total-timesteps", "0"], "--total-timesteps must be at least 1"),
+    (["evaluate", "missing.zip", "CartPole-v1"], "model file 'missing.zip' does not exist"),
+    (["evaluate", "not_a_model.zip", "CartPole-v1"], "not_a_model.zip is not a saved model"),
+    (["evaluate", "not_a_model.zip"], "give the saved model and the environment"),
+    (["evaluate", "not_a_model.zip", "NoSuchEnv-v0"], "unknown environment id 'NoSuchEnv-v0'"),
+    (["evaluate", "--random-population", "--pop-size", "0"], "--pop-size must be at least 1"),
+    (["evaluate", "--random-population", "CartPole-v1", "Pendulum-v1"], "takes one ENV_ID and no model path"),
+    (["bench", "--rounds", "0"], "--rounds must be at least 1"),
+]
+
+
+@pytest.mark.parametrize(("argv", "message"), USER_ERRORS, ids=[" ".join(argv) for argv, _ in USER_ERRORS])
+def test_user_errors_are_one_line(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: pathlib.Path,
+    monkeypatch: pytest.MonkeyPatch,
+    argv: list[str],
+    message: str,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    for name, text in BAD_FILES.items():
+        (tmp_path / name).write_text(text)
+    status, _, err = call(capsys, *argv)
+    assert status == 1
+    assert err.count("\n") == 1 and err.startswith(f"lit-sb3 {argv[0]}: error: "), err
+    assert message in err
+    assert not (tmp_path / "hacked").exists() and not (tmp_path / "runs").exists()
+
+
+def expect_one_line_error(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
+    status, _, err = call(capsys, *argv)
+    assert status == 1 and err.count("\n") == 1 and message in err, err
+
+
+def test_model_for_other_spaces_is_refused(capsys: pytest.CaptureFixture[str], cartpole_model: pathlib.Path) -> None:
+    expect_one_line_error(
+        capsys,
+        ["evaluate", str(cartpole_model), "Pendulum-v1"],
+        f"{cartpole_model} was trained for observation space Box(",
+    )
+    expect_one_line_error(
+        capsys, ["evaluate", str(cartpole_model), "Acrobot-v1"], "was trained for observation space Box("
+    )
+
+
+@pytest.mark.filterwarnings("ignore:.*render_mode='rgb_array' that is not in the possible render_modes")
+def test_video_needs_a_rendering_env_and_moviepy(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: pathlib.Path,
+    monkeypatch: pytest.MonkeyPatch,
+    cartpole_model: pathlib.Path,
+) -> None:
+    (tmp_path / "blind_envs.py").write_text(
+        textwrap.dedent(
+            """\
+            import gymnasium as gym
+            from gymnasium.envs.classic_control.cartpole import CartPoleEnv
+
+            class BlindCartPole(CartPoleEnv):
+                metadata = {"render_modes": [], "render_fps": 50}
+
+            if "BlindCartPole-v0" not in gym.registry:
+                gym.register("BlindCartPole-v0", entry_point=BlindCartPole, max_episode_steps=500)
+            """
+        )
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    videos = str(tmp_path / "videos")
+    expect_one_line_error(
+        capsys,
+        ["evaluate", str(cartpole_model), "blind_envs:BlindCartPole-v0", "--render-video", videos],
+        "blind_envs:BlindCartPole-v0 does not render frames",
+    )
+    status, _, err = call(capsys, "evaluate", str(cartpole_model), "blind_envs:BlindCartPole-v0", "--episodes", "1")
+    assert status == 0, err  # the env is fine without video
+    monkeypatch.setitem(sys.modules, "moviepy", None)
+    expect_one_line_error(
+        capsys,
+        ["evaluate", str(cartpole_model), "CartPole-v1", "--render-video", videos],
+        '--render-video needs moviepy, which is not installed: pip install "lit_sb3[video]"',
+    )
+    assert not pathlib.Path(videos).exists()
+
+
+def test_missing_optional_packages_are_named(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "tensorboard", None)
+    expect_one_line_error(
+        capsys, [*TRAIN, "--tensorboard-log", "tb"], "--tensorboard-log needs tensorboard, which is not installed"
+    )
+    monkeypatch.setitem(sys.modules, "sb3_contrib", None)
+    expect_one_line_error(capsys, ["bench"], "lit-sb3 bench needs sb3_contrib, which is not installed")
+
+
+def test_bench_without_a_source_checkout(
+    capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(lit_sb3, "__file__", str(tmp_path / "site-packages" / "lit_sb3" / "__init__.py"))
+    expect_one_line_error(
+        capsys,
+        ["bench"],
+        f"benchmarks/asynceval_vs_sb3contrib.py not found in {tmp_path / 'site-packages'}: lit-sb3 bench runs it "
+        "from a source checkout",
+    )
+
+
+def test_errors_reach_the_terminal_as_one_line(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "bad.yml").write_text(BAD_FILES["bad.yml"])
+    result = run("train", "ars", "CartPole-v1", "--hyperparams", "bad.yml", cwd=tmp_path)
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr.startswith("lit-sb3 train: error: bad YAML in bad.yml") and result.stderr.count("\n") == 1
+    result = run("train", "--workers", "two", cwd=tmp_path)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1
+    assert "argument --workers: invalid int value: 'two'" in result.stderr

@@ -1,0 +1,93 @@
+"""What the ``lit-sb3`` commands share: the one-line user errors, environment checks and factories."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import Any, NoReturn
+
+import gymnasium as gym
+from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.vec_env import VecEnv, VecNormalize
+
+
+class CliError(Exception):
+    """A mistake of the user: ``main()`` prints its message on one line and exits with status 1."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line (the command, the problem, where to find help)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+class ExampleFormatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps the examples of an epilog as written."""
+
+
+def check_env_id(env_id: str) -> None:
+    """
+    :param env_id: A gymnasium environment id, possibly ``module:id`` as ``gymnasium.make`` takes it (the module
+        registers the environment when imported).
+    :raises CliError: if gymnasium does not know it.
+    """
+    module, _, name = env_id.rpartition(":")
+    try:
+        if module:
+            importlib.import_module(module)
+        gym.spec(name)
+    except gym.error.Error as error:
+        message = " ".join(str(error).split())
+        raise CliError(f"unknown environment id {env_id!r}: {message}") from None
+    except ModuleNotFoundError as error:
+        raise CliError(f"environment id {env_id!r} needs the module {error.name!r}, which is not installed") from None
+
+
+def require_module(module: str, purpose: str, install: str) -> None:
+    """
+    :param module: An importable module name.
+    :param purpose: What needs it, for the message.
+    :param install: What to install, for the message.
+    :raises CliError: if the module cannot be imported.
+    """
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        raise CliError(f"{purpose} needs {module}, which is not installed: pip install {install}") from None
+
+
+def make_env(
+    env_id: str,
+    n_envs: int = 1,
+    normalize_kwargs: dict[str, Any] | None = None,
+    env_kwargs: dict[str, Any] | None = None,
+) -> VecEnv:
+    """
+    The environment of a ``lit-sb3`` run, as the model and every worker build it (picklable with
+    ``functools.partial``).
+
+    :param env_id: Gymnasium environment id.
+    :param n_envs: Sub-environments (candidates a worker evaluates at once).
+    :param normalize_kwargs: Wrap in ``VecNormalize`` with these arguments; None for no normalisation.
+    :param env_kwargs: Keyword arguments of ``gymnasium.make``.
+    :return: The vectorised environment.
+    """
+    env = make_vec_env(env_id, n_envs=n_envs, env_kwargs=env_kwargs)
+    if normalize_kwargs is not None:
+        env = VecNormalize(env, **normalize_kwargs)
+    return env
+
+
+def print_table(header: list[str], rows: list[list[str]], *, file: Any = None) -> None:
+    """
+    Print a table with right-aligned columns.
+
+    :param header: Column titles.
+    :param rows: Cells, already formatted.
+    :param file: Where to print (standard output by default).
+    """
+    widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
+    for line in [header, *rows]:
+        print("  ".join(cell.rjust(width) for cell, width in zip(line, widths, strict=True)), file=file or sys.stdout)

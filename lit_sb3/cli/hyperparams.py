@@ -1,0 +1,214 @@
+"""Hyper-parameter files of ``lit-sb3 train``: YAML in the shape of rl-zoo's (``hyperparams/ars.yml``).
+
+A file is either rl-zoo's layout, one entry per environment id::
+
+    HalfCheetah-v4:
+      n_envs: 1
+      policy: 'LinearPolicy'
+      n_timesteps: !!float 1.25e7
+      learning_rate: !!float 0.02
+      n_delta: 32
+      normalize: "dict(norm_obs=True, norm_reward=False)"
+
+or one entry alone. Besides the algorithm's keyword arguments an entry may hold rl-zoo's ``n_envs``,
+``n_timesteps``, ``policy``, ``normalize`` (true, false, a mapping or a ``dict(...)`` string) and
+``normalize_kwargs``. ``policy_kwargs`` and the other object-valued settings may be written as rl-zoo writes them,
+``"dict(net_arch=[64, 64], activation_fn=nn.Tanh)"``: the text is read as a literal (``dict(...)`` calls, numbers,
+strings, lists, and names under ``nn``, ``th`` or ``torch``), never run. ``"lin_0.02"`` is a schedule falling
+linearly from 0.02 to 0, as in rl-zoo.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import pathlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch as th
+import yaml
+from stable_baselines3.common.utils import LinearSchedule
+
+from lit_sb3.cli.common import CliError
+
+#: rl-zoo settings an entry may hold besides the algorithm's arguments.
+RUN_KEYS = frozenset({"n_envs", "n_timesteps", "policy", "normalize", "normalize_kwargs"})
+#: rl-zoo settings that ``lit-sb3 train`` does not implement.
+UNSUPPORTED_KEYS = frozenset(
+    {"env_wrapper", "vec_env_wrapper", "frame_stack", "callback", "monitor_kwargs", "n_envs_eval", "eval_env"}
+)
+#: Arguments that ``lit-sb3 train`` sets itself (through its own options).
+CLI_ARGUMENTS = frozenset({"policy", "env", "seed", "tensorboard_log", "verbose", "device", "_init_setup_model"})
+#: Settings whose string values are Python literals in rl-zoo files.
+OBJECT_KEYS = frozenset({"policy_kwargs", "normalize", "normalize_kwargs", "optimizer_kwargs", "cma_options"})
+#: Roots of the names an object-valued setting may use.
+NAME_ROOTS: dict[str, Any] = {"nn": th.nn, "th": th, "torch": th}
+
+
+@dataclass
+class Hyperparams:
+    """
+    One entry of a hyper-parameter file.
+
+    :param algo_kwargs: Keyword arguments of the algorithm.
+    :param policy: Policy name, if the entry gives one.
+    :param n_timesteps: Training budget, if given.
+    :param n_envs: Sub-environments per environment, if given.
+    :param normalize_kwargs: ``VecNormalize`` arguments if the entry normalises, else None.
+    """
+
+    algo_kwargs: dict[str, Any] = field(default_factory=dict)
+    policy: str | None = None
+    n_timesteps: int | None = None
+    n_envs: int | None = None
+    normalize_kwargs: dict[str, Any] | None = None
+
+
+def algorithm_arguments(algo_class: type) -> list[str]:
+    """:return: The keyword arguments of ``algo_class`` a hyper-parameter file may set."""
+    parameters = inspect.signature(algo_class).parameters
+    return sorted(name for name in parameters if name not in CLI_ARGUMENTS)
+
+
+def load_hyperparams(path: str | pathlib.Path, env_id: str, algo_class: type) -> Hyperparams:
+    """
+    :param path: A YAML file, rl-zoo's layout or one entry.
+    :param env_id: The environment trained on: its entry is used in rl-zoo's layout.
+    :param algo_class: The algorithm, whose arguments an entry may set.
+    :return: The entry.
+    :raises CliError: for a missing or unreadable file, bad YAML, no entry for ``env_id``, an unknown or unsupported
+        setting, or a value that cannot be read.
+    """
+    source = pathlib.Path(path)
+    if not source.is_file():
+        raise CliError(f"hyper-parameter file {str(source)!r} does not exist")
+    try:
+        document = yaml.safe_load(source.read_text())
+    except yaml.YAMLError as error:
+        raise CliError(f"bad YAML in {source}: {' '.join(str(error).split())}") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise CliError(f"cannot read {source}: {error}") from None
+    if not isinstance(document, dict):
+        raise CliError(f"{source} must hold a mapping of hyper-parameters (or of environment ids to them)")
+    known = algorithm_arguments(algo_class)
+    if env_id in document:
+        entry = document[env_id]
+    elif any(key in RUN_KEYS or key in known for key in document):
+        entry = document
+    else:
+        entries = ", ".join(str(key) for key in document)
+        raise CliError(f"{source} has no entry for {env_id} (it has {entries})")
+    if not isinstance(entry, dict):
+        raise CliError(f"{source}: the entry for {env_id} must be a mapping of hyper-parameters")
+    return _parse_entry(entry, source, algo_class.__name__, known)
+
+
+def _parse_entry(entry: dict[str, Any], source: pathlib.Path, algo_name: str, known: list[str]) -> Hyperparams:
+    hyperparams = Hyperparams()
+    normalize: Any = False
+    normalize_kwargs: dict[str, Any] = {}
+    for key, raw in entry.items():
+        if key in UNSUPPORTED_KEYS:
+            raise CliError(f"{source}: {key!r} (an rl-zoo setting) is not supported by lit-sb3 train")
+        if key not in RUN_KEYS and key not in known:
+            raise CliError(f"{source}: unknown hyper-parameter {key!r} for {algo_name} (known: {', '.join(known)})")
+        value = _read_value(key, raw, source)
+        if key == "policy":
+            if not isinstance(value, str):
+                raise CliError(f"{source}: policy must be a name such as 'LinearPolicy', got {value!r}")
+            hyperparams.policy = value
+        elif key in {"n_timesteps", "n_envs"}:
+            if not isinstance(value, int | float) or isinstance(value, bool) or value < 1 or value != int(value):
+                raise CliError(f"{source}: {key} must be a positive whole number, got {value!r}")
+            setattr(hyperparams, key, int(value))
+        elif key == "normalize":
+            normalize = value
+        elif key == "normalize_kwargs":
+            if not isinstance(value, dict):
+                raise CliError(f"{source}: normalize_kwargs must be a mapping, got {value!r}")
+            normalize_kwargs.update(value)
+        else:
+            hyperparams.algo_kwargs[key] = value
+    if isinstance(normalize, dict):
+        hyperparams.normalize_kwargs = {"norm_reward": False, **normalize, **normalize_kwargs}
+    elif normalize is True:
+        # Candidates are ranked by their raw returns, so rewards need no normalisation by default.
+        hyperparams.normalize_kwargs = {"norm_obs": True, "norm_reward": False, **normalize_kwargs}
+    elif normalize not in (False, None):
+        raise CliError(
+            f"{source}: normalize must be true, false or a dict of VecNormalize arguments, got {normalize!r}"
+        )
+    return hyperparams
+
+
+def _read_value(key: str, value: Any, source: pathlib.Path) -> Any:
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if text.startswith("lin_"):
+        try:
+            start = float(text[len("lin_") :])
+        except ValueError:
+            raise CliError(f"{source}: {key}: {value!r} is not a linear schedule such as 'lin_0.02'") from None
+        return LinearSchedule(start, 0.0, 1.0)
+    if key in OBJECT_KEYS or text.startswith(tuple(f"{root}." for root in NAME_ROOTS)):
+        try:
+            return read_literal(text)
+        except (SyntaxError, ValueError) as error:
+            raise CliError(f"{source}: {key}: cannot read {value!r} ({error})") from None
+    return value
+
+
+def read_literal(text: str) -> Any:
+    """
+    Read a setting written as rl-zoo writes it, without running it.
+
+    :param text: A Python literal, possibly with ``dict(...)`` calls and names such as ``nn.ReLU``.
+    :return: Its value.
+    :raises SyntaxError: if ``text`` is not a Python expression.
+    :raises ValueError: if it uses anything but literals, ``dict(...)`` and names under ``nn``, ``th``, ``torch``.
+    """
+    return _literal(ast.parse(text, mode="eval").body)
+
+
+def _literal(node: ast.expr) -> Any:
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
+        operand = _literal(node.operand)
+        if isinstance(operand, int | float) and not isinstance(operand, bool):
+            return -operand if isinstance(node.op, ast.USub) else operand
+    if isinstance(node, ast.List):
+        return [_literal(item) for item in node.elts]
+    if isinstance(node, ast.Tuple):
+        return tuple(_literal(item) for item in node.elts)
+    if isinstance(node, ast.Dict) and all(key is not None for key in node.keys):
+        return {_literal(key): _literal(value) for key, value in zip(node.keys, node.values, strict=True)}  # type: ignore[arg-type]
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "dict"
+        and not node.args
+        and all(keyword.arg is not None for keyword in node.keywords)
+    ):
+        return {keyword.arg: _literal(keyword.value) for keyword in node.keywords}
+    if isinstance(node, ast.Attribute):
+        return _named_object(node)
+    raise ValueError(f"only literals, dict(...) and names under nn/th/torch are read, not {ast.unparse(node)!r}")
+
+
+def _named_object(node: ast.Attribute) -> Any:
+    parts: list[str] = []
+    current: ast.expr = node
+    while isinstance(current, ast.Attribute):
+        parts.append(current.attr)
+        current = current.value
+    if not isinstance(current, ast.Name) or current.id not in NAME_ROOTS:
+        raise ValueError(f"names must start with nn., th. or torch., got {ast.unparse(node)!r}")
+    value = NAME_ROOTS[current.id]
+    for part in reversed(parts):
+        if part.startswith("_") or not hasattr(value, part):
+            raise ValueError(f"{ast.unparse(node)!r} does not exist")
+        value = getattr(value, part)
+    return value
