@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 import torch as th
 from stable_baselines3.common.policies import BasePolicy
+from stable_baselines3.common.running_mean_std import RunningMeanStd
 from stable_baselines3.common.type_aliases import GymEnv, Schedule
 
 from lit_sb3.checks import check_positive_int
@@ -25,6 +26,12 @@ class ARS(PopulationAlgorithm):
     ``VecNormalize(norm_reward=False)``. Hyper-parameter names and defaults are those of
     sb3-contrib's ARS, so its configurations (keyword arguments, as rl-zoo passes them) run unchanged.
 
+    With V2, the statistics are frozen during a round (as in the paper's code) and by default updated after each
+    one. ``normalization_update_interval=k`` updates the normalisation every ``k`` rounds only: the policy then
+    adapts to a normalisation that moves in fewer steps. The exact statistics (every observation counted once) are
+    kept all along, saved with the model and handed over at each update; the ``VecNormalize`` holds the statistics
+    the policy is normalised with, so predictions in it match training.
+
     :param policy: The policy to train: "LinearPolicy", "MlpPolicy" or a policy class.
     :param env: The environment to train on (if registered in Gymnasium, can be str).
     :param n_delta: How many random perturbations of the policy to try at each update step.
@@ -34,6 +41,7 @@ class ARS(PopulationAlgorithm):
     :param zero_policy: Whether the policy starts from all-zero weights.
     :param alive_bonus_offset: Constant added to the reward at each step, used to cancel out alive bonuses.
     :param n_eval_episodes: Number of episodes to evaluate each candidate.
+    :param normalization_update_interval: Rounds between two updates of the observation normalisation (V2).
     :param policy_kwargs: Keyword arguments to pass to the policy on creation.
     :param stats_window_size: Window size of the episode statistics buffer (``ep_info_buffer``).
     :param tensorboard_log: The log location for TensorBoard (if None, no logging).
@@ -55,6 +63,7 @@ class ARS(PopulationAlgorithm):
         zero_policy: bool = True,
         alive_bonus_offset: float = 0,
         n_eval_episodes: int = 1,
+        normalization_update_interval: int = 1,
         policy_kwargs: dict[str, Any] | None = None,
         stats_window_size: int = 100,
         tensorboard_log: str | None = None,
@@ -67,6 +76,7 @@ class ARS(PopulationAlgorithm):
         if n_top is None:
             n_top = n_delta
         check_positive_int("n_top", n_top)
+        check_positive_int("normalization_update_interval", normalization_update_interval)
         if n_top > n_delta:
             raise ValueError(
                 f"n_top={n_top} is larger than n_delta={n_delta}: the top directions are among the n_delta"
@@ -87,6 +97,7 @@ class ARS(PopulationAlgorithm):
         )
         self.n_delta = n_delta
         self.n_top = n_top
+        self.normalization_update_interval = normalization_update_interval
         self.pop_size = 2 * n_delta
         self.delta_std = delta_std
         self.delta_std_schedule = checked_schedule("delta_std", delta_std)
@@ -100,6 +111,12 @@ class ARS(PopulationAlgorithm):
         self._pending_delta_std = self._scheduled("delta_std", self.delta_std_schedule)
         self._deltas, candidates = self._antithetic_population(self.n_delta, self._pending_delta_std)
         return candidates
+
+    def _normalization_statistics(self, exact: RunningMeanStd, in_use: RunningMeanStd) -> RunningMeanStd:
+        # Called before tell() counts the round: round r (from 1) updates when r is a multiple of the interval.
+        if (self._n_updates + 1) % self.normalization_update_interval == 0:
+            return exact
+        return in_use
 
     def _update(self, candidates: np.ndarray, returns: np.ndarray) -> dict[str, float]:
         assert self._deltas is not None

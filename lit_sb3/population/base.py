@@ -187,6 +187,9 @@ class PopulationAlgorithm(BaseAlgorithm):
         self._pending_centre: np.ndarray | None = None  # the policy weights the pending population was sampled around
         self._evaluated_round: EvaluatedRound | None = None
         self._saved_obs_rms: RunningMeanStd | None = None
+        # Every observation counted once, when the statistics the policy is normalised with lag behind them (see
+        # _normalization_statistics); None when those are the exact ones.
+        self._exact_obs_rms: RunningMeanStd | None = None
 
     # --------------------------------------------------------------------------------- to implement
 
@@ -264,6 +267,16 @@ class PopulationAlgorithm(BaseAlgorithm):
     def _parameters_set(self) -> None:
         """Called after :meth:`set_parameters` (also by ``load()``): a method whose state is more than the policy
         weights follows them here."""
+
+    @property
+    def exact_obs_rms(self) -> RunningMeanStd | None:
+        """
+        The observation statistics of every evaluated observation, each counted once: those of the ``VecNormalize``,
+        unless the normalisation lags behind them (ARS's ``normalization_update_interval``). None without one.
+        """
+        if self._exact_obs_rms is not None:
+            return self._exact_obs_rms
+        return None if self._vec_normalize_env is None else _get_obs_rms(self._vec_normalize_env)
 
     @property
     def n_params(self) -> int:
@@ -462,11 +475,23 @@ class PopulationAlgorithm(BaseAlgorithm):
     def _merge_observation_statistics(self, evaluator: CandidateEval) -> None:
         if self._vec_normalize_env is None:
             return
-        # Based on the last synced statistics: in-process, the evaluator updated the env's statistics in place,
-        # so basing on those would count the round twice.
-        merged = cast(RunningMeanStd, evaluator.merge_obs_rms())
-        evaluator.sync_obs_rms(merged)
-        _set_obs_rms(self._vec_normalize_env, merged)
+        # Based on the exact statistics, or by default the last synced ones (never on the env's: in-process, the
+        # evaluator updated those in place, so basing on them would count the round twice).
+        exact = cast(RunningMeanStd, evaluator.merge_obs_rms(self._exact_obs_rms))
+        in_use = self._normalization_statistics(exact, cast(RunningMeanStd, evaluator.synced_obs_rms[0]))
+        self._exact_obs_rms = None if in_use is exact else exact
+        evaluator.sync_obs_rms(in_use)
+        _set_obs_rms(self._vec_normalize_env, in_use)
+
+    def _normalization_statistics(self, exact: RunningMeanStd, in_use: RunningMeanStd) -> RunningMeanStd:
+        """
+        The statistics to normalise observations with from the next round on (a hook: by default the exact ones).
+
+        :param exact: The statistics of every observation so far, each counted once (including the round's).
+        :param in_use: The statistics the round was normalised with (a copy).
+        :return: ``exact`` itself, or other statistics (then ``exact`` is kept, saved, and merged into next).
+        """
+        return exact
 
     def _round_seed(self) -> int:
         return int(self._seed_sequence(EVALUATION_STREAM, self._n_updates).generate_state(1)[0])

@@ -5,7 +5,9 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import pytest
+from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.running_mean_std import RunningMeanStd
 from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
 from lit_sb3 import AsyncEval
@@ -65,6 +67,39 @@ def test_in_process_and_async_eval_end_with_the_same_statistics_for_every_algori
             )
             for worker_obs_rms in async_eval.synced_obs_rms:  # the workers normalise with the model's statistics
                 np.testing.assert_array_equal(worker_obs_rms.mean, merged.mean)
+
+
+class StatisticsRecorder(BaseCallback):
+    """Records, at each round end, the statistics in use, the exact ones and the steps so far."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rounds: list[tuple[RunningMeanStd, RunningMeanStd, int]] = []
+
+    def _on_rollout_end(self) -> None:
+        in_use, exact = self.model.get_vec_normalize_env().obs_rms, self.model.exact_obs_rms
+        self.rounds.append((in_use.copy(), exact.copy(), self.num_timesteps))
+
+    def _on_step(self) -> bool:
+        return True
+
+
+def test_the_normalisation_can_update_every_k_rounds_while_the_exact_statistics_count_every_observation():
+    model = make_model(ARS, env=normalized_pendulum_vec_env(), normalization_update_interval=3)
+    recorder = StatisticsRecorder()
+    model.learn(8 * 2 * 4 * 20, callback=recorder)  # 8 rounds of 2 * n_delta episodes of 20 steps
+    assert len(recorder.rounds) == 8
+    initial = recorder.rounds[0][0]  # VecNormalize's first statistics: count 1e-4, mean 0, variance 1
+    assert initial.count == 1e-4
+    updated = initial
+    for round_number, (in_use, exact, steps) in enumerate(recorder.rounds, start=1):
+        assert exact.count == pytest.approx(1e-4 + steps, abs=1e-9)  # every observation, once
+        if round_number % 3 == 0:
+            updated = exact
+        assert in_use.count == updated.count
+        np.testing.assert_array_equal(in_use.mean, updated.mean)
+        np.testing.assert_array_equal(in_use.var, updated.var)
+    assert not np.array_equal(recorder.rounds[-1][0].mean, recorder.rounds[-1][1].mean)
 
 
 def test_loaded_statistics_go_into_the_new_vec_normalize(tmp_path):

@@ -60,6 +60,21 @@ def test_resume_is_exact_with_observation_normalisation(tmp_path):
     assert_same_state(whole, resumed)
 
 
+def test_resume_is_exact_with_a_normalisation_updated_every_k_rounds(tmp_path):
+    whole, resumed = split_run(ARS, normalized_pendulum_vec_env, tmp_path, normalization_update_interval=3)
+    assert whole._n_updates % 3  # the statistics in use lag behind the exact ones at the end
+    pairs = [
+        (whole.exact_obs_rms, resumed.exact_obs_rms),
+        (whole.get_vec_normalize_env().obs_rms, resumed.get_vec_normalize_env().obs_rms),
+    ]
+    for whole_rms, resumed_rms in pairs:
+        assert whole_rms.count == resumed_rms.count
+        np.testing.assert_array_equal(whole_rms.mean, resumed_rms.mean)
+        np.testing.assert_array_equal(whole_rms.var, resumed_rms.var)
+    assert whole.exact_obs_rms.count == whole.num_timesteps + 1e-4
+    assert_same_state(whole, resumed)
+
+
 def test_resume_is_exact_across_cma_restarts(tmp_path):
     whole, resumed = split_run(CMAES, short_cartpole_vec_env, tmp_path, restarts=3, cma_options={"maxiter": 2})
     assert whole.n_restarts == resumed.n_restarts >= 1
