@@ -1,0 +1,163 @@
+"""Every script in examples/ runs as a user runs it (a subprocess, tiny budget) and leaves sane outputs behind."""
+
+from __future__ import annotations
+
+import csv
+import pathlib
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.vec_env import VecNormalize
+
+from lit_sb3 import ARS, CEM, CMAES, ES
+
+EXAMPLES_DIR = pathlib.Path(__file__).resolve().parent.parent / "examples"
+#: Pendulum's reward is at least -(pi^2 + 0.1 * 8^2 + 0.001 * 2^2) per step, 200 steps an episode.
+PENDULUM_WORST = -16.2736044 * 200
+
+#: The tiny budget of each example.
+ARGUMENTS = {
+    "es_pendulum": ["--total-timesteps", "1500", "--pop-size", "6", "--n-eval-episodes", "1"],
+    "cem_cartpole": ["--total-timesteps", "1500", "--pop-size", "8"],
+    "cmaes_swimmer": ["--total-timesteps", "1", "--pop-size", "4"],
+    "ars_halfcheetah": ["--total-timesteps", "1", "--n-delta", "2"],
+    "ask_tell_cmaes": ["--rounds", "15"],
+    "experiment_control": [
+        *["--train-timesteps", "1600", "--gravity", "6", "10", "14", "--mass", "0.5", "1.5"],
+        *["--seeds", "0", "1", "--episodes", "1"],
+    ],
+}
+
+
+@dataclass
+class Run:
+    returncode: int
+    stdout: str
+    stderr: str
+    output_dir: pathlib.Path
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Run]]:
+    """All examples, started at once (they mostly wait for their workers and imports), then waited for."""
+    base = tmp_path_factory.mktemp("examples")
+    started = {}
+    for name, arguments in ARGUMENTS.items():
+        output_dir = base / name
+        stdout, stderr = (base / f"{name}.{stream}" for stream in ("out", "err"))
+        command = [sys.executable, str(EXAMPLES_DIR / f"{name}.py"), *arguments, "--output-dir", str(output_dir)]
+        with stdout.open("w") as out, stderr.open("w") as err:
+            started[name] = (subprocess.Popen(command, stdout=out, stderr=err, cwd=base), output_dir, stdout, stderr)
+    deadline = time.monotonic() + 240
+    results = {}
+    try:
+        for name, (process, output_dir, stdout, stderr) in started.items():
+            returncode = process.wait(timeout=max(deadline - time.monotonic(), 1))
+            results[name] = Run(returncode, stdout.read_text(), stderr.read_text(), output_dir)
+    finally:
+        for process, *_ in started.values():
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    yield results
+
+
+def test_every_example_is_tested() -> None:
+    assert sorted(path.stem for path in EXAMPLES_DIR.glob("*.py")) == sorted(ARGUMENTS)
+
+
+def finished(runs: dict[str, Run], name: str) -> Run:
+    run = runs[name]
+    assert run.returncode == 0, run.stderr
+    return run
+
+
+def progress(run: Run) -> list[dict[str, float]]:
+    with (run.output_dir / "progress.csv").open() as stream:
+        return [{key: float(value) for key, value in row.items() if value} for row in csv.DictReader(stream)]
+
+
+def final_return(run: Run, env_id: str) -> float:
+    match = re.search(rf"final policy on {env_id}: (-?[\d.]+) \+/- ([\d.]+) over \d+ episodes", run.stdout)
+    assert match, run.stdout
+    return float(match.group(1))
+
+
+def test_es_pendulum(runs: dict[str, Run]) -> None:
+    run = finished(runs, "es_pendulum")
+    rows = progress(run)
+    assert len(rows) >= 2 and rows[-1]["time/total_timesteps"] >= 1500
+    assert all(PENDULUM_WORST <= row["rollout/ep_rew_mean"] <= 0 for row in rows)
+    assert all(row["time/total_timesteps"] == 6 * 200 * (index + 1) for index, row in enumerate(rows))
+    model = ES.load(run.output_dir / "model.zip")
+    assert model.pop_size == 6 and model.policy_kwargs == {"net_arch": [32]}
+    assert PENDULUM_WORST <= final_return(run, "Pendulum-v1") <= 0
+
+
+def test_cem_cartpole(runs: dict[str, Run]) -> None:
+    run = finished(runs, "cem_cartpole")
+    rows = progress(run)
+    assert rows and rows[-1]["time/total_timesteps"] >= 1500
+    assert all(8 <= row["rollout/ep_rew_mean"] <= 500 for row in rows)
+    assert CEM.load(run.output_dir / "model.zip").num_timesteps == rows[-1]["time/total_timesteps"]
+    assert 8 <= final_return(run, "CartPole-v1") <= 500
+
+
+def test_cmaes_swimmer(runs: dict[str, Run]) -> None:
+    run = finished(runs, "cmaes_swimmer")
+    [row] = progress(run)
+    assert row["time/total_timesteps"] == 4 * 1000  # one round: 4 candidates, one 1000-step episode each
+    model = CMAES.load(run.output_dir / "model.zip")
+    assert model.n_params == 8 * 2  # a linear map without bias, as in the ARS paper
+    assert np.isfinite(final_return(run, "Swimmer-v5"))
+
+
+def test_ars_halfcheetah_keeps_its_observation_statistics(runs: dict[str, Run]) -> None:
+    run = finished(runs, "ars_halfcheetah")
+    [row] = progress(run)
+    assert row["time/total_timesteps"] == 4 * 1000
+    env = VecNormalize(make_vec_env("HalfCheetah-v5"), norm_reward=False)
+    model = ARS.load(run.output_dir / "model.zip", env=env)
+    assert model.n_delta == 2 and env.obs_rms.count >= 4000  # every candidate's observations, merged once
+    assert np.all(env.obs_rms.var > 0)
+    env.close()
+    assert np.isfinite(final_return(run, "HalfCheetah-v5"))
+
+
+def test_ask_tell_cmaes_approaches_the_known_optimum(runs: dict[str, Run]) -> None:
+    run = finished(runs, "ask_tell_cmaes")
+    with (run.output_dir / "history.csv").open() as stream:
+        history = list(csv.DictReader(stream))
+    assert [int(row["round"]) for row in history] == list(range(1, 16))
+    mean_costs = [float(row["mean_cost"]) for row in history]
+    assert mean_costs[-1] < 0.5 * mean_costs[0]
+    costs = [float(value) for value in re.findall(r"cost (\d+\.\d+)$", run.stdout, flags=re.MULTILINE)]
+    assert len(costs) == 2
+    found, optimum = costs
+    assert optimum <= found + 1e-3  # nothing beats the LQR gain
+
+
+def test_experiment_control_grid(runs: dict[str, Run]) -> None:
+    run = finished(runs, "experiment_control")
+    with (run.output_dir / "grid.csv").open() as stream:
+        rows = list(csv.reader(stream))
+    assert rows[0] == ["gravity", "mass=0.5", "mass=1.5"]
+    assert [float(row[0]) for row in rows[1:]] == [6.0, 10.0, 14.0]
+    grid = np.array([[float(value) for value in row[1:]] for row in rows[1:]])
+    assert grid.shape == (3, 2)
+    assert np.all((grid >= PENDULUM_WORST) & (grid <= 0))
+    assert len(np.unique(grid)) == grid.size  # the options reached the environment: every cell differs
+    import matplotlib.image
+
+    image = matplotlib.image.imread(run.output_dir / "heatmap.png")
+    assert image.ndim == 3 and image.shape[0] > 200 and image.std() > 0
+    table = run.stdout.splitlines()[2:5]
+    assert [line.split()[0] for line in table] == ["6", "10", "14"] and all(len(line.split()) == 3 for line in table)
+    assert (run.output_dir / "model.zip").is_file()
