@@ -20,7 +20,7 @@ import pathlib
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.evaluation import evaluate_policy
 from stable_baselines3.common.logger import configure
-from stable_baselines3.common.vec_env import VecEnv, VecNormalize
+from stable_baselines3.common.vec_env import VecNormalize
 
 from lit_sb3 import ARS, AsyncEval
 
@@ -39,7 +39,7 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def make_env(env_id: str) -> VecEnv:
+def make_env(env_id: str) -> VecNormalize:
     # Rewards stay raw: candidates are ranked by their returns.
     return VecNormalize(make_vec_env(env_id), norm_obs=True, norm_reward=False)
 
