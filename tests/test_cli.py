@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import csv
+import io
 import pathlib
+import re
 import subprocess
 import sys
 import textwrap
@@ -133,6 +135,26 @@ def test_train_writes_model_rounds_and_learning_curve(
     assert image.ndim == 3 and image.shape[0] > 200 and image.shape[1] > 300 and image.std() > 0
     assert list((tmp_path / "tb").rglob("events.out.tfevents.*"))
     assert "CartPole-v1" in out and f"{model.num_timesteps:,}" in out and str(stem.with_suffix(".png")) in out
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_train_shows_a_live_progress_bar(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    main(["train", "es", "CartPole-v1", "--total-timesteps", "2000", "--workers", "0", "--save", str(tmp_path / "m")])
+    updates = terminal.getvalue().split("\r")
+    assert len(updates) > 3
+    last = updates[-1]
+    rounds = read_rounds(tmp_path / "m.csv")
+    steps = f"{rounds[-1]['env_steps'] / 1000:.2f}k"
+    assert "100%|" in last and f"{steps}/{steps} env steps" in last, last
+    assert re.search(r"[\d.]+k? steps/s", last), last
+    assert re.search(r"best \d+\.\d, mean \d+\.\d", last), last
+    assert f"best {rounds[-1]['best_return']:.1f}, mean {rounds[-1]['mean_return']:.1f}" in last
 
 
 def test_train_results_do_not_depend_on_the_workers(capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path) -> None:

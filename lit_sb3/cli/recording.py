@@ -88,6 +88,8 @@ class TrainingRecorder(BaseCallback):
             )
         )
         if self._bar is not None:
+            # The last round completes past the budget: the bar grows with it rather than overflow.
+            self._bar.total = max(self._bar.total, self.model.num_timesteps)
             self._bar.update(self.model.num_timesteps - self._counted_steps)
         self._counted_steps = self.model.num_timesteps
         return True
