@@ -138,7 +138,6 @@ class CandidateEvaluator(WorkerApp):
         n_slots = self.slots.n_slots
         self._slot_episode: list[_Episode | None] = [None] * n_slots
         self._slot_loaded: list[tuple[int, int] | None] = [None] * n_slots
-        self._assigned = 0  # slots with an episode (running or about to start)
         self._session_request = -1
 
     @property
@@ -174,7 +173,9 @@ class CandidateEvaluator(WorkerApp):
 
     # ---------------------------------------------------------------------------------------------- tasks
 
-    def submit(self, request_id: int, method: str, args: tuple[Any, ...]) -> None:
+    def submit(
+        self, request_id: int, method: str, args: tuple[Any, ...], delivered: frozenset[int] = frozenset()
+    ) -> None:
         spec, first, stop = args
         if self._round is None or spec.serial != self._round.serial:
             self._round = spec
@@ -204,9 +205,9 @@ class CandidateEvaluator(WorkerApp):
     def advance(self) -> list[tuple[int, Any]]:
         finished: list[tuple[int, Any]] = []
         slots, policy, normalizer = self.slots, self.policy, self.normalizer
-        n_slots = slots.n_slots
+        slot_episode = self._slot_episode
         for _ in range(STEPS_BETWEEN_POLLS):
-            if self._queue and self._assigned < n_slots:
+            if self._queue and None in slot_episode:
                 self._fill()
             if not slots.busy:
                 break
@@ -238,7 +239,6 @@ class CandidateEvaluator(WorkerApp):
                 self.mark_idle(slot)
                 stopped.append(slot)
         self.slots.stop(stopped)
-        self._assigned -= len(stopped)
         for request_id in dropped:
             del self._requests[request_id]
         return dropped
@@ -274,7 +274,6 @@ class CandidateEvaluator(WorkerApp):
             self.mark_started(slot, episode.candidate, episode.request_id)
         if not seeds:
             return
-        self._assigned += len(seeds)
         try:
             self.slots.start(seeds, self._options)
         except SlotEnvError as failure:
@@ -284,7 +283,6 @@ class CandidateEvaluator(WorkerApp):
         episode = self._slot_episode[slot]
         assert episode is not None
         self._slot_episode[slot] = None
-        self._assigned -= 1
         self.mark_idle(slot)
         request = self._requests[episode.request_id]
         row = episode.candidate - request.first_candidate

@@ -100,7 +100,7 @@ class AsyncEval(CandidateEval):
         if max_restarts < 0:
             raise ValueError(f"max_restarts must be non-negative, got {max_restarts}")
         if backend is None:
-            backend = LocalBackend(start_method)
+            backend = LocalBackend(start_method, preload=[CandidateEvaluator.__module__])
         policy = copy.deepcopy(train_policy).to("cpu")
         self.chunk_size = chunk_size
         self._pool = WorkerPool(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
@@ -28,20 +29,28 @@ class TaskError(Exception):
         self.unit_index = unit_index
 
 
+#: Hands a partial result of a task to the worker loop: ``(request_id, unit, value)``.
+Emit = Callable[[int, int, Any], None]
+
+
 class WorkerApp(ABC):
     """
-    The object a worker process builds and serves.
+    The object a worker builds and serves.
 
-    Control methods (listed in ``control_methods``) are called by name and answered at once. Task methods (listed in
-    ``task_methods``) are handed to :meth:`submit`; the worker keeps calling :meth:`advance` while :attr:`busy` and
-    accepts further tasks in between, so an app can start the next task while the last ones finish.
+    Control methods (listed in ``control_methods``) are called by name once every earlier request is answered;
+    those also listed in ``immediate_methods`` run at once, between two :meth:`advance` calls of busy tasks (weight
+    updates, statistics). Task methods (listed in ``task_methods``) are handed to :meth:`submit`; the worker keeps
+    calling :meth:`advance` while :attr:`busy` and accepts further tasks in between, so an app can start the next
+    task while the last ones finish. A streaming task hands back partial results as it goes with :meth:`emit`.
     """
 
     control_methods: ClassVar[frozenset[str]] = frozenset()
+    immediate_methods: ClassVar[frozenset[str]] = frozenset()
     task_methods: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self) -> None:
         self._progress: np.ndarray | None = None
+        self._emit: Emit | None = None
 
     @property
     def slot_count(self) -> int:
@@ -53,13 +62,17 @@ class WorkerApp(ABC):
         return None
 
     @abstractmethod
-    def submit(self, request_id: int, method: str, args: tuple[Any, ...]) -> None:
+    def submit(
+        self, request_id: int, method: str, args: tuple[Any, ...], delivered: frozenset[int] = frozenset()
+    ) -> None:
         """
         Accept a task; its result is returned later by :meth:`advance`.
 
         :param request_id: Id to answer with.
         :param method: One of ``task_methods``.
         :param args: Arguments of the task.
+        :param delivered: For a streaming task resumed after its worker died: the units whose partial results were
+            delivered already (skip them).
         """
 
     @property
@@ -87,6 +100,24 @@ class WorkerApp(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release the app's resources (environments...)."""
+
+    def attach_emitter(self, emit: Emit) -> None:
+        """
+        :param emit: Where :meth:`emit` hands partial results (set by the worker loop).
+        """
+        self._emit = emit
+
+    def emit(self, request_id: int, unit: int, value: Any) -> None:
+        """
+        Hand back a partial result of a streaming task (during :meth:`advance`).
+
+        :param request_id: The task.
+        :param unit: What the result belongs to (an episode...): a resumed task is told which units were delivered.
+        :param value: The partial result.
+        """
+        if self._emit is None:
+            raise RuntimeError(f"{type(self).__name__}.emit() needs a worker loop: no emitter is attached")
+        self._emit(request_id, unit, value)
 
     def attach_progress(self, handle: SharedArrayHandle) -> None:
         """

@@ -26,10 +26,6 @@ class WorkerHandle(ABC):
         """:return: Whether a reply (or the end of the stream) can be read without blocking."""
 
     @abstractmethod
-    def is_alive(self) -> bool:
-        """:return: Whether the worker process is running."""
-
-    @abstractmethod
     def describe_exit(self) -> str:
         """:return: How the worker ended, e.g. ``"killed by SIGKILL"``."""
 

@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import cloudpickle
 import numpy as np
@@ -27,17 +27,22 @@ from lit_sb3.workers.messages import (
     CLOSE_METHOD,
     READY_REQUEST_ID,
     Cancel,
+    Credit,
     Reply,
     Request,
 )
 from lit_sb3.workers.shared_array import SharedArray
+from lit_sb3.workers.stream import Stream, StreamItem
 
 #: Seconds a worker gets to exit after being asked to, before it is killed.
 CLOSE_GRACE_PERIOD = 3.0
 #: Seconds between two reads of the progress boards when a timeout is set.
 PROGRESS_CHECK_INTERVAL = 0.1
-#: ``exception_type`` of the failure a worker answers a cancelled task with.
-CANCELLED = "Cancelled"
+
+#: What happens to a task whose worker died: run it again from scratch, resume it on another worker (a stream: the
+#: units already delivered are skipped), or fail its job.
+RetryPolicy = Literal["rerun", "resume", "fail"]
+RETRY_POLICIES: tuple[RetryPolicy, ...] = ("rerun", "resume", "fail")
 
 _live_pools: weakref.WeakSet[WorkerPool] = weakref.WeakSet()
 
@@ -61,7 +66,6 @@ class _Call:
     method: str
     args: bytes
     future: Future | None
-    sticky: bool = False
 
 
 @dataclass
@@ -73,14 +77,18 @@ class _Job:
     labels: list[str]
     capacities: list[int]
     future: Future
+    retry: RetryPolicy = "rerun"
+    stream: Stream | None = None
     results: list[Any] = field(default_factory=list)
     pending: deque[int] = field(default_factory=deque)
     remaining: int = 0
+    delivered: list[set[int]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.results = [None] * len(self.payloads)
         self.pending = deque(range(len(self.payloads)))
         self.remaining = len(self.payloads)
+        self.delivered = [set() for _ in self.payloads]
 
     @property
     def finished(self) -> bool:
@@ -98,6 +106,8 @@ class _Slot:
     sticky: dict[str, _Call] = field(default_factory=dict)
     board: SharedArray | None = None
     expected_death: bool = False
+    credit: int = 0  # partial results the worker may still send (granted, not yet received)
+    unsent_credit: int | None = None  # granted but not yet told to the worker; None when there is nothing to tell
 
     def task_count(self, job: _Job) -> int:
         return sum(1 for entry in self.in_flight.values() if isinstance(entry, tuple) and entry[0] is job)
@@ -108,15 +118,22 @@ class WorkerPool:
     A pool of workers, each serving a :class:`~lit_sb3.workers.app.WorkerApp`.
 
     Control calls go to one worker or all of them; jobs are lists of tasks that workers take as they have room
-    (a worker holds at most a few at once, so the load balances itself). A background thread does all the talking
-    to workers: it notices a dead worker at once, starts a replacement and hands its unfinished tasks to others.
-    Arguments are pickled in the caller's thread, so an argument that cannot be pickled raises right there.
+    (a worker holds at most a few at once, so the load balances itself). A streaming job hands its tasks' partial
+    results to a :class:`~lit_sb3.workers.stream.Stream` as they come; the partial results waiting in all streams
+    are bounded by ``stream_capacity``, shared out to the workers as credit. A background thread does all the talking
+    to workers: it notices a dead worker at once, starts a replacement and hands its unfinished tasks to others
+    according to each job's retry policy. Arguments are pickled in the caller's thread, so an argument that cannot
+    be pickled raises right there.
 
     :param app_factories: One callable per worker, building its app inside the worker.
     :param backend: Where the workers run; local processes (forkserver) by default.
     :param max_restarts: How many dead workers the pool replaces over its life before it gives up.
     :param unit_timeout: Seconds a unit (as the app reports on its progress board) may run; None for no limit.
     :param unit_name: What the apps' units are called in error messages.
+    :param stream_capacity: Most partial results buffered at once across all workers and streams (sent by a worker
+        and not yet taken by a consumer); None for no limit.
+    :param put_timeout: Seconds a worker waits for buffer room before dropping a partial result (counted); None to
+        wait as long as it takes.
     """
 
     def __init__(
@@ -127,13 +144,22 @@ class WorkerPool:
         max_restarts: int = 3,
         unit_timeout: float | None = None,
         unit_name: str = "unit",
+        stream_capacity: int | None = None,
+        put_timeout: float | None = None,
     ) -> None:
         if len(app_factories) == 0:
             raise ValueError("app_factories is empty: a pool needs at least one worker")
+        if stream_capacity is not None and (isinstance(stream_capacity, bool) or stream_capacity < 1):
+            raise ValueError(f"stream_capacity must be a positive int or None, got {stream_capacity!r}")
+        if put_timeout is not None and not put_timeout >= 0:
+            raise ValueError(f"put_timeout must be non-negative or None, got {put_timeout!r}")
         self.unit_name = unit_name
         self.max_restarts = max_restarts
         self.restarts = 0
         self.unit_timeout = unit_timeout
+        self.stream_capacity = stream_capacity
+        self.put_timeout = put_timeout
+        self._free_credit = stream_capacity or 0
         self._backend = backend if backend is not None else LocalBackend()
         self._factories = [cloudpickle.dumps(factory) for factory in app_factories]
         self._request_ids = itertools.count()
@@ -176,9 +202,15 @@ class WorkerPool:
         """The current handle of each worker (a replaced worker has a new one; None once it is gone for good)."""
         return [slot.handle for slot in self._slots]
 
+    @property
+    def backend(self) -> Backend:
+        """Where the workers run."""
+        return self._backend
+
     def call(self, worker_index: int, method: str, *args: Any, sticky: bool = False) -> Future:
         """
-        Call a control method of one worker's app.
+        Call a control method of one worker's app. An immediate method of the app runs between two steps of the
+        worker's tasks; any other waits until the tasks sent before it have ended.
 
         :param worker_index: The worker.
         :param method: Name of the method.
@@ -189,7 +221,7 @@ class WorkerPool:
         self._check_usable()
         if not 0 <= worker_index < self.n_workers:
             raise ValueError(f"worker_index must be in [0, {self.n_workers}), got {worker_index}")
-        call = _Call(method, cloudpickle.dumps(args), _new_future(), sticky)
+        call = _Call(method, cloudpickle.dumps(args), _new_future())
 
         def command() -> None:
             slot = self._slots[worker_index]
@@ -222,6 +254,7 @@ class WorkerPool:
         *,
         labels: list[str],
         capacities: list[int],
+        retry: RetryPolicy = "rerun",
     ) -> Future:
         """
         Run one task per payload on whichever worker has room.
@@ -232,17 +265,40 @@ class WorkerPool:
         :param capacities: For each worker, how many of the job's tasks it runs at once. A worker also gets one
             task ahead while the job has more pending tasks than there are workers; not at the end, where a task
             sent ahead could wait on a busy worker while another is idle.
+        :param retry: What happens to a task whose worker died (see :data:`RetryPolicy`).
         :return: Future of the list of task results, in payload order.
         """
-        self._check_usable()
-        if len(labels) != len(payloads) or len(capacities) != self.n_workers:
-            raise ValueError("run_tasks needs one label per payload and one capacity per worker")
-        job = _Job(method, [cloudpickle.dumps(payload) for payload in payloads], labels, capacities, _new_future())
-        if not payloads:
-            job.future.set_result([])
-            return job.future
-        self._submit(lambda: self._jobs.append(job))
-        return job.future
+        return self._start_job(method, payloads=payloads, labels=labels, capacities=capacities, retry=retry).future
+
+    def stream_tasks(
+        self,
+        method: str,
+        payloads: list[tuple[Any, ...]],
+        *,
+        labels: list[str],
+        capacities: list[int],
+        retry: RetryPolicy = "resume",
+    ) -> Stream:
+        """
+        Run one streaming task per payload on whichever worker has room; their partial results go to the stream.
+
+        :param method: Task method of the apps.
+        :param payloads: Arguments of each task.
+        :param labels: What each task covers, for error messages.
+        :param capacities: For each worker, how many of the job's tasks it runs at once.
+        :param retry: What happens to a task whose worker died; by default it resumes on another worker, told which
+            units were delivered (nothing is delivered twice).
+        :return: The stream; its ``result`` is the future of the final replies, in payload order.
+        """
+
+        def cancel() -> None:
+            self._submit(lambda: self._stop_job(job))
+
+        stream = Stream(self._return_credit, cancel)
+        job = self._start_job(
+            method, payloads=payloads, labels=labels, capacities=capacities, retry=retry, stream=stream
+        )
+        return stream
 
     def close(self) -> None:
         """Cancel running jobs, stop every worker (killing those that do not exit) and free resources. Idempotent."""
@@ -255,6 +311,30 @@ class WorkerPool:
         self._dispatcher.join()
 
     # ------------------------------------------------------------------------------------------------ internals
+
+    def _start_job(
+        self,
+        method: str,
+        *,
+        payloads: list[tuple[Any, ...]],
+        labels: list[str],
+        capacities: list[int],
+        retry: RetryPolicy,
+        stream: Stream | None = None,
+    ) -> _Job:
+        self._check_usable()
+        if len(labels) != len(payloads) or len(capacities) != self.n_workers:
+            raise ValueError("a job needs one label per payload and one capacity per worker")
+        if retry not in RETRY_POLICIES:
+            raise ValueError(f"retry must be one of {RETRY_POLICIES}, got {retry!r}")
+        future = stream.result if stream is not None else _new_future()
+        pickled = [cloudpickle.dumps(payload) for payload in payloads]
+        job = _Job(method, pickled, labels, capacities, future, retry, stream)
+        if not payloads:
+            self._resolve(job)
+            return job
+        self._submit(lambda: self._jobs.append(job))
+        return job
 
     def _check_usable(self) -> None:
         if self._closed:
@@ -270,6 +350,10 @@ class WorkerPool:
                 raise PoolClosedError("the worker pool is closed")
             self._commands.put(command)
             self._backend.wake()
+
+    def _return_credit(self, count: int) -> None:
+        if self.stream_capacity is not None:
+            self._submit(lambda: self._add_free_credit(count))
 
     def _kill_all(self) -> None:
         handles = [slot.handle for slot in self._slots if slot.handle is not None]
@@ -295,7 +379,7 @@ class WorkerPool:
                 if reply.failure is not None:
                     raise WorkerError(handle.worker_index, reply.failure, self.unit_name)
                 started[handle.worker_index] = reply.value
-                self._slots[handle.worker_index].ready = True
+                self._on_ready(self._slots[handle.worker_index])
             for handle in dead:
                 if handle.worker_index not in started:
                     handle.join(1.0)
@@ -308,9 +392,9 @@ class WorkerPool:
 
     def _dispatch(self) -> None:
         try:
-            if self.unit_timeout is not None:
-                for index, slot in enumerate(self._slots):
-                    self._attach_board(index, slot)
+            for index, slot in enumerate(self._slots):
+                self._attach_board(index, slot)
+            self._grant_credit()
             while True:
                 self._run_commands()
                 if self._stopping:
@@ -353,7 +437,13 @@ class WorkerPool:
 
     def _send_work(self) -> None:
         for index, slot in enumerate(self._slots):
-            while slot.ready and slot.waiting_calls:
+            if not slot.ready:
+                continue
+            if slot.unsent_credit is not None:
+                assert slot.handle is not None
+                slot.handle.send(Credit(slot.unsent_credit, self.put_timeout))
+                slot.unsent_credit = None
+            while slot.waiting_calls:
                 call = slot.waiting_calls.popleft()
                 self._send(index, Request(next(self._request_ids), call.method, call.args, False), call)
         self._jobs = [job for job in self._jobs if not job.finished]
@@ -363,7 +453,8 @@ class WorkerPool:
                 if worker_index is None:
                     break
                 payload_index = job.pending.popleft()
-                request = Request(next(self._request_ids), job.method, job.payloads[payload_index], True)
+                delivered = frozenset(job.delivered[payload_index])
+                request = Request(next(self._request_ids), job.method, job.payloads[payload_index], True, delivered)
                 self._send(worker_index, request, (job, payload_index))
 
     def _least_loaded(self, job: _Job) -> int | None:
@@ -377,12 +468,35 @@ class WorkerPool:
                 best, best_count = index, count
         return best
 
+    # ------------------------------------------------------------------------------------------------ credit
+
+    def _on_ready(self, slot: _Slot) -> None:
+        slot.ready = True
+        if self.stream_capacity is not None:
+            slot.unsent_credit = slot.credit  # a replacement starts with what its predecessor had left
+
+    def _add_free_credit(self, count: int) -> None:
+        if self.stream_capacity is not None:
+            self._free_credit += count
+            self._grant_credit()
+
+    def _grant_credit(self) -> None:
+        """Hand free buffer room to the workers with the least credit (a slow worker does not hoard it)."""
+        ready = [slot for slot in self._slots if slot.ready]
+        while self._free_credit > 0 and ready:
+            slot = min(ready, key=lambda slot: slot.credit)
+            slot.credit += 1
+            slot.unsent_credit = (slot.unsent_credit or 0) + 1
+            self._free_credit -= 1
+
+    # ----------------------------------------------------------------------------------------------- replies
+
     def _receive(self, handle: WorkerHandle) -> None:
         if not self._drain(handle):
             self._on_death(handle)
 
     def _drain(self, handle: WorkerHandle) -> bool:
-        """Handle every reply the worker has sent; False once its end of the pipe is closed."""
+        """Handle every reply the worker has sent; False once its end of the link is closed."""
         while self._slots[handle.worker_index].handle is handle:
             try:
                 if not handle.poll():
@@ -398,6 +512,9 @@ class WorkerPool:
         if reply.request_id == READY_REQUEST_ID:
             self._on_restarted(index, reply)
             return
+        if not reply.final:
+            self._on_partial(index, reply)
+            return
         entry = slot.in_flight.pop(reply.request_id, None)
         if entry is None:
             return
@@ -407,15 +524,40 @@ class WorkerPool:
         job, payload_index = entry
         if job.finished:
             return
-        if reply.failure is None:
+        if reply.cancelled:
+            # Dropped because another task failed on that worker: the task runs again (a stream resumes).
+            if job.stream is not None:
+                job.stream.counts.interrupted += reply.value
+            job.pending.appendleft(payload_index)
+        elif reply.failure is None:
             job.results[payload_index] = reply.value
             job.remaining -= 1
             if job.remaining == 0:
-                job.future.set_result(job.results)
-        elif reply.failure.exception_type == CANCELLED:
-            job.pending.appendleft(payload_index)  # dropped because another job failed on that worker
+                self._resolve(job)
         else:
             self._fail_job(job, WorkerError(index, reply.failure, self.unit_name))
+
+    def _on_partial(self, index: int, reply: Reply) -> None:
+        slot = self._slots[index]
+        entry = slot.in_flight.get(reply.request_id)
+        if not reply.dropped and self.stream_capacity is not None:
+            slot.credit -= 1
+        if not isinstance(entry, tuple) or entry[0].finished:
+            if not reply.dropped:
+                self._add_free_credit(1)  # a late result of a stopped job: its room is free again
+            return
+        job, payload_index = entry
+        assert reply.unit is not None
+        if job.stream is None:
+            error = RuntimeError(f"{job.method} handed back partial results, but its job was not started as a stream")
+            self._fail_job(job, error)
+            self._add_free_credit(1)
+            return
+        job.delivered[payload_index].add(reply.unit)
+        if reply.dropped:
+            job.stream._note_dropped(reply.wait_seconds)
+        else:
+            job.stream._put(StreamItem(index, payload_index, reply.unit, reply.value, reply.wait_seconds))
 
     def _on_call_reply(self, index: int, call: _Call, reply: Reply) -> None:
         slot = self._slots[index]
@@ -430,9 +572,26 @@ class WorkerPool:
         else:
             call.future.set_exception(WorkerError(index, reply.failure, self.unit_name))
 
+    def _resolve(self, job: _Job) -> None:
+        if job.stream is not None:
+            job.stream._finish(job.results)
+        elif not job.future.done():
+            job.future.set_result(job.results)
+
     def _fail_job(self, job: _Job, error: BaseException) -> None:
-        if not job.future.done():
+        if job.stream is not None:
+            job.stream._end(error)
+        elif not job.future.done():
             job.future.set_exception(error)
+        self._cancel_tasks(job)
+
+    def _stop_job(self, job: _Job) -> None:
+        """End a job on its consumer's request: its stream is ended by the consumer itself."""
+        if not job.future.done():
+            job.future.set_exception(PoolClosedError("the job was cancelled"))
+        self._cancel_tasks(job)
+
+    def _cancel_tasks(self, job: _Job) -> None:
         job.pending.clear()
         for slot in self._slots:
             request_ids = tuple(
@@ -442,6 +601,8 @@ class WorkerPool:
             )
             if request_ids and slot.ready and slot.handle is not None:
                 slot.handle.send(Cancel(request_ids))
+
+    # ------------------------------------------------------------------------------------------------ deaths
 
     def _on_death(self, handle: WorkerHandle) -> None:
         index = handle.worker_index
@@ -455,20 +616,34 @@ class WorkerPool:
         exit_description = handle.describe_exit()
         handle.release()
         slot.handle = None
+        slot.ready = False
         lost = list(slot.in_flight.items())
         slot.in_flight.clear()
-        for _, entry in reversed(lost):
+        running_units = self._running_units(slot)
+        running: list[str] = []
+        for request_id, entry in reversed(lost):
             if isinstance(entry, _Call):
                 slot.waiting_calls.appendleft(entry)
-            elif not entry[0].finished:
-                entry[0].pending.appendleft(entry[1])
-        running = [entry[0].labels[entry[1]] for _, entry in lost if isinstance(entry, tuple) and not entry[0].finished]
-        slot.ready = False
+                continue
+            job, payload_index = entry
+            if job.finished:
+                continue
+            running.append(job.labels[payload_index])
+            if job.retry == "fail":
+                message = f"worker {index} ({exit_description}) died while running {job.labels[payload_index]}"
+                self._fail_job(job, WorkerDiedError(f"{message}; the job's retry policy is 'fail'"))
+                continue
+            if job.retry == "rerun":
+                job.delivered[payload_index].clear()
+            elif job.stream is not None:
+                job.stream.counts.resumed += 1
+                job.stream.counts.interrupted += running_units.get(request_id, 0)
+            job.pending.appendleft(payload_index)
         if self._stopping or self._broken is not None:
             return
         if not slot.expected_death:
             if self.restarts >= self.max_restarts:
-                activity = f" while running {', '.join(running)}" if running else ""
+                activity = f" while running {', '.join(reversed(running))}" if running else ""
                 self._broken = WorkerDiedError(
                     f"worker {index} ({exit_description}) died{activity}; the pool already replaced "
                     f"{self.restarts} dead worker(s) (max_restarts={self.max_restarts})"
@@ -479,18 +654,28 @@ class WorkerPool:
         slot.expected_death = False
         slot.handle = self._backend.start_worker(index, self._factories[index])
 
+    def _running_units(self, slot: _Slot) -> dict[int, int]:
+        """:return: How many units each task request had running on the slot, as its progress board says."""
+        counts: dict[int, int] = {}
+        if slot.board is not None:
+            for unit, _, request_id in slot.board.array:
+                if unit >= 0:
+                    counts[int(request_id)] = counts.get(int(request_id), 0) + 1
+        return counts
+
     def _on_restarted(self, index: int, reply: Reply) -> None:
         slot = self._slots[index]
         if reply.failure is not None:
             self._broken = WorkerError(index, reply.failure, self.unit_name)
             self._fail_everything(self._broken)
             return
-        slot.ready = True
-        replays = [_Call(call.method, call.args, None, sticky=True) for call in slot.sticky.values()]
+        self._on_ready(slot)
+        replays = [_Call(call.method, call.args, None) for call in slot.sticky.values()]
         slot.waiting_calls.extendleft(reversed(replays))
         if slot.board is not None:
             slot.board.array[:, 0] = -1
             slot.waiting_calls.appendleft(_Call(ATTACH_PROGRESS_METHOD, cloudpickle.dumps((slot.board.handle,)), None))
+        self._grant_credit()
 
     def _attach_board(self, index: int, slot: _Slot) -> None:
         slot.board = SharedArray((self.slot_counts[index], PROGRESS_COLUMNS), np.float64)
@@ -518,7 +703,9 @@ class WorkerPool:
 
     def _fail_everything(self, error: BaseException) -> None:
         for job in self._jobs:
-            if not job.future.done():
+            if job.stream is not None:
+                job.stream._end(error)
+            elif not job.future.done():
                 job.future.set_exception(error)
         for slot in self._slots:
             calls = [entry for entry in slot.in_flight.values() if isinstance(entry, _Call)]

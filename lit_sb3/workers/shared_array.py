@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import threading
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -35,9 +36,14 @@ class SharedArrayHandle:
         if sys.version_info >= (3, 13):
             block = shared_memory.SharedMemory(self.name, track=False)
         else:
-            with _resource_tracking_disabled():
+            with _tracking_lock, _resource_tracking_disabled():
                 block = shared_memory.SharedMemory(self.name)
         return block, np.ndarray(self.shape, dtype=self.dtype, buffer=block.buf)
+
+
+#: Held while registration is switched off, and while blocks are created: a worker thread opening a block must not
+#: keep a block created meanwhile by another thread of the process from being registered.
+_tracking_lock = threading.Lock()
 
 
 @contextlib.contextmanager
@@ -63,7 +69,8 @@ class SharedArray:
     def __init__(self, shape: tuple[int, ...], dtype: np.dtype | type) -> None:
         self.dtype = np.dtype(dtype)
         nbytes = max(1, int(np.prod(shape)) * self.dtype.itemsize)
-        block = shared_memory.SharedMemory(create=True, size=nbytes)
+        with _tracking_lock:
+            block = shared_memory.SharedMemory(create=True, size=nbytes)
         self.array: np.ndarray = np.ndarray(shape, dtype=self.dtype, buffer=block.buf)
         self.handle = SharedArrayHandle(block.name, tuple(shape), self.dtype.str)
         # Unlinked when closed, when garbage collected, or at exit, whichever comes first.

@@ -1,14 +1,12 @@
-"""The loop a worker process runs: build the app, then answer requests until told to stop."""
+"""The loop every worker runs, whatever the backend: build the app, then answer requests until told to stop."""
 
 from __future__ import annotations
 
-import os
 import pickle
-import signal
-import threading
+import time
+from collections import deque
 from collections.abc import Callable
-from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, Protocol
 
 import cloudpickle
 
@@ -19,140 +17,206 @@ from lit_sb3.workers.messages import (
     CLOSE_METHOD,
     READY_REQUEST_ID,
     Cancel,
+    Credit,
     Reply,
     Request,
 )
 
-#: How often a worker checks that the process that started it is still alive (seconds).
-PARENT_CHECK_INTERVAL = 0.5
+#: Longest a worker waiting for credit sleeps before it looks at its put timeout again (seconds).
+CREDIT_POLL_INTERVAL = 0.05
 
 
-def _exit_when_orphaned(lifeline: Connection) -> None:
-    # The main process holds the only write end of the lifeline: its death makes the lifeline readable (end of
-    # file). Under fork, sibling workers inherit that write end too, but there the parent is the main process
-    # itself, so a changed parent pid tells instead.
-    parent_pid = os.getppid()
+class Channel(Protocol):
+    """The worker's end of its link to the pool (a ``multiprocessing`` connection has this shape)."""
 
-    def watch() -> None:
-        while not lifeline.poll(PARENT_CHECK_INTERVAL) and os.getppid() == parent_pid:
-            pass
-        os._exit(1)
+    def send(self, message: Any) -> None:
+        """:param message: A reply for the pool."""
 
-    threading.Thread(target=watch, name="lit-sb3-orphan-watch", daemon=True).start()
+    def recv(self) -> Any:
+        """:return: The next message of the pool; raises ``EOFError`` once the pool is gone."""
+
+    def poll(self, timeout: float | None = 0.0) -> bool:
+        """
+        :param timeout: Seconds to wait for a message (None: until one comes).
+        :return: Whether a message (or the end of the link) can be read.
+        """
 
 
-def worker_main(connection: Connection, lifeline: Connection, worker_index: int, app_factory: bytes) -> None:
+def run_worker(channel: Channel, app_factory: bytes) -> None:
     """
-    Entry point of a worker process.
+    Build the app and serve the pool until it says stop or goes away.
 
-    :param connection: Duplex connection to the pool.
-    :param lifeline: Read end of a pipe only the main process writes to (and never does).
-    :param worker_index: Index of this worker in the pool.
+    :param channel: The link to the pool.
     :param app_factory: Cloudpickled callable that builds the :class:`WorkerApp`.
     """
-    os.setsid()  # own process group: stopping the worker stops what its environments started; no terminal Ctrl-C
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _exit_when_orphaned(lifeline)
-    # One thread per worker: workers already fill the cores, and BLAS threads spinning on busy cores cost more than
-    # they bring (1000x1000 matrix products ran over ten times slower with two workers on two cores).
-    import torch
-    from threadpoolctl import threadpool_limits
-
-    torch.set_num_threads(1)
-    threadpool_limits(1)
     try:
         factory: Callable[[], WorkerApp] = cloudpickle.loads(app_factory)
         app = factory()
         description = app.describe()
     except BaseException as exc:
-        connection.send(Reply(READY_REQUEST_ID, failure=RemoteFailure.from_exception(exc)))
+        channel.send(Reply(READY_REQUEST_ID, failure=RemoteFailure.from_exception(exc)))
         return
-    connection.send(Reply(READY_REQUEST_ID, value=(app.slot_count, description)))
+    channel.send(Reply(READY_REQUEST_ID, value=(app.slot_count, description)))
     try:
-        _serve(connection, app)
+        _WorkerLoop(channel, app).run()
     except (EOFError, OSError):
         app.close()  # the pool is gone
 
 
-def _serve(connection: Connection, app: WorkerApp) -> None:
-    held: Request | None = None  # a control request waiting for the running tasks to finish
-    while True:
-        if app.busy:
-            while held is None and connection.poll():
-                message = connection.recv()
-                if isinstance(message, Request) and not message.is_task:
-                    held = message
-                else:
-                    _accept(connection, app, message)
-            _advance(connection, app)
-            continue
-        if held is not None:
-            message, held = held, None
+class _WorkerLoop:
+    """
+    Reads messages whenever it can: cancels, credit and immediate controls act at once; other controls wait until
+    the tasks accepted before them have ended (and hold back what came after them). Partial results are sent while
+    the worker has credit; without credit the tasks pause (back-pressure) and, past the put timeout, the oldest
+    partial result is dropped (and reported as dropped).
+    """
+
+    def __init__(self, channel: Channel, app: WorkerApp) -> None:
+        self.channel = channel
+        self.app = app
+        self.backlog: deque[Request] = deque()  # behind a control request that waits for the tasks
+        self.outbox: deque[tuple[Reply, float]] = deque()  # replies held back by missing credit, oldest first
+        self.credit: int | None = None  # None: no limit
+        self.put_timeout: float | None = None
+        self.stopping = False
+        app.attach_emitter(self._emit)
+
+    def run(self) -> None:
+        while not self.stopping:
+            if not self.app.busy and self.backlog:
+                self._run_backlog()
+                continue
+            self._flush()
+            if self.app.busy and not self.outbox:
+                while self.channel.poll():
+                    self._handle(self.channel.recv())
+                if not self.stopping and self.app.busy and not self.outbox:
+                    self._advance()
+            elif self.outbox:
+                if self.channel.poll(self._credit_wait()):
+                    self._handle(self.channel.recv())
+            else:
+                self._handle(self.channel.recv())
+
+    # ------------------------------------------------------------------------------------------- messages
+
+    def _handle(self, message: Request | Cancel | Credit) -> None:
+        if isinstance(message, Credit):
+            self.credit = (self.credit or 0) + message.count
+            self.put_timeout = message.put_timeout
+        elif isinstance(message, Cancel):
+            self._cancel(message.request_ids)
+        elif not message.is_task and message.method in self.app.immediate_methods:
+            self._control(message)
+        elif self.backlog:
+            self.backlog.append(message)
+        elif message.is_task:
+            self._accept(message)
+        elif not self.app.busy:
+            self._control(message)
         else:
-            message = connection.recv()
-        if isinstance(message, Request) and not message.is_task:
-            if not _control(connection, app, message):
+            self.backlog.append(message)
+
+    def _run_backlog(self) -> None:
+        while self.backlog and not self.stopping:
+            message = self.backlog[0]
+            if not message.is_task and self.app.busy:
                 return
+            self.backlog.popleft()
+            if message.is_task:
+                self._accept(message)
+            else:
+                self._control(message)
+
+    def _accept(self, request: Request) -> None:
+        try:
+            self.app.submit(request.request_id, request.method, _arguments(request), request.delivered)
+        except BaseException as exc:
+            self.app.cancel((request.request_id,))
+            self._reply(Reply(request.request_id, failure=RemoteFailure.from_exception(exc)))
+
+    def _cancel(self, request_ids: tuple[int, ...] | None) -> None:
+        dropped = self.app.cancel(request_ids)
+        for request_id in dropped:
+            held = sum(1 for reply, _ in self.outbox if reply.request_id == request_id)
+            self.outbox = deque(entry for entry in self.outbox if entry[0].request_id != request_id)
+            self._reply(Reply(request_id, value=held, cancelled=True))
+
+    def _control(self, request: Request) -> None:
+        value: Any = None
+        try:
+            arguments = _arguments(request)
+            if request.method == CLOSE_METHOD:
+                self.app.close()
+                self.stopping = True
+            elif request.method == ATTACH_PROGRESS_METHOD:
+                self.app.attach_progress(*arguments)
+            elif request.method in self.app.control_methods:
+                value = getattr(self.app, request.method)(*arguments)
+            else:
+                raise AttributeError(f"{type(self.app).__name__} has no control method {request.method!r}")
+        except BaseException as exc:
+            self._reply(Reply(request.request_id, failure=RemoteFailure.from_exception(exc)))
         else:
-            _accept(connection, app, message)
+            self._reply(Reply(request.request_id, value=value))
+
+    # ---------------------------------------------------------------------------------------------- tasks
+
+    def _advance(self) -> None:
+        try:
+            finished = self.app.advance()
+        except TaskError as error:
+            cause = error.__cause__ if error.__cause__ is not None else error
+            self._reply(Reply(error.request_id, failure=RemoteFailure.from_exception(cause, error.unit_index)))
+            # The failed task's work is lost: drop what else was accepted so the pool hears about each of them.
+            self._cancel(None)
+            return
+        except BaseException as exc:
+            # Not attributable to one task: every task accepted fails with it.
+            failure = RemoteFailure.from_exception(exc)
+            for request_id in self.app.cancel(None):
+                self._reply(Reply(request_id, failure=failure))
+            return
+        for request_id, result in finished:
+            self._reply(Reply(request_id, value=result))
+
+    def _emit(self, request_id: int, unit: int, value: Any) -> None:
+        self.outbox.append((Reply(request_id, value=value, unit=unit), time.monotonic()))
+
+    def _reply(self, reply: Reply) -> None:
+        if self.outbox:  # a task's final reply never overtakes its partial results
+            self.outbox.append((reply, time.monotonic()))
+        else:
+            self.channel.send(reply)
+
+    # --------------------------------------------------------------------------------------------- credit
+
+    def _flush(self) -> None:
+        while self.outbox:
+            reply, since = self.outbox[0]
+            waited = time.monotonic() - since
+            if reply.final or self.credit is None or self.credit > 0:
+                if not reply.final and self.credit is not None:
+                    self.credit -= 1
+                self.outbox.popleft()
+                self.channel.send(_waited(reply, waited) if not reply.final else reply)
+            elif self.put_timeout is not None and waited >= self.put_timeout:
+                self.outbox.popleft()
+                self.channel.send(Reply(reply.request_id, unit=reply.unit, dropped=True, wait_seconds=waited))
+            else:
+                return
+
+    def _credit_wait(self) -> float:
+        if self.put_timeout is None:
+            return CREDIT_POLL_INTERVAL
+        waited = time.monotonic() - self.outbox[0][1]
+        return min(CREDIT_POLL_INTERVAL, max(0.0, self.put_timeout - waited))
+
+
+def _waited(reply: Reply, seconds: float) -> Reply:
+    return Reply(reply.request_id, value=reply.value, unit=reply.unit, wait_seconds=seconds)
 
 
 def _arguments(request: Request) -> tuple[Any, ...]:
     # Arguments travel pickled so that one that cannot be rebuilt here fails its request, not the worker.
     return pickle.loads(request.args)
-
-
-def _accept(connection: Connection, app: WorkerApp, message: Request | Cancel) -> None:
-    if isinstance(message, Cancel):
-        for request_id in app.cancel(message.request_ids):
-            connection.send(Reply(request_id, failure=_cancelled()))
-        return
-    try:
-        app.submit(message.request_id, message.method, _arguments(message))
-    except BaseException as exc:
-        app.cancel((message.request_id,))
-        connection.send(Reply(message.request_id, failure=RemoteFailure.from_exception(exc)))
-
-
-def _advance(connection: Connection, app: WorkerApp) -> None:
-    try:
-        finished = app.advance()
-    except TaskError as error:
-        cause = error.__cause__ if error.__cause__ is not None else error
-        connection.send(Reply(error.request_id, failure=RemoteFailure.from_exception(cause, error.unit_index)))
-        # The failed task's round is lost: drop what else was accepted so the pool hears about each of them.
-        for request_id in app.cancel(None):
-            connection.send(Reply(request_id, failure=_cancelled()))
-        return
-    except BaseException as exc:
-        # Not attributable to one task: every task accepted fails with it.
-        failure = RemoteFailure.from_exception(exc)
-        for request_id in app.cancel(None):
-            connection.send(Reply(request_id, failure=failure))
-        return
-    for request_id, result in finished:
-        connection.send(Reply(request_id, value=result))
-
-
-def _control(connection: Connection, app: WorkerApp, request: Request) -> bool:
-    """Answer a control request; False once the worker must stop."""
-    value: Any = None
-    try:
-        arguments = _arguments(request)
-        if request.method == CLOSE_METHOD:
-            app.close()
-        elif request.method == ATTACH_PROGRESS_METHOD:
-            app.attach_progress(*arguments)
-        elif request.method in app.control_methods:
-            value = getattr(app, request.method)(*arguments)
-        else:
-            raise AttributeError(f"{type(app).__name__} has no control method {request.method!r}")
-    except BaseException as exc:
-        connection.send(Reply(request.request_id, failure=RemoteFailure.from_exception(exc)))
-    else:
-        connection.send(Reply(request.request_id, value=value))
-    return request.method != CLOSE_METHOD
-
-
-def _cancelled() -> RemoteFailure:
-    return RemoteFailure("Cancelled", "the task was cancelled", "")

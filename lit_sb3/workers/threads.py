@@ -1,0 +1,161 @@
+"""Backend running each worker as a thread of this process: same loop, messages and failure handling as processes,
+without the start-up cost or copies of replies (arguments are still pickled, so workers own what they get)."""
+
+from __future__ import annotations
+
+import threading
+import traceback
+from collections import deque
+from typing import Any
+
+from lit_sb3.workers.backend import Backend, WorkerHandle
+from lit_sb3.workers.worker import run_worker
+
+
+class _Pipe:
+    """One direction of a thread worker's link: a deque guarded by a condition shared with the reader's waits."""
+
+    def __init__(self, condition: threading.Condition) -> None:
+        self.condition = condition
+        self.items: deque[Any] = deque()
+        self.closed = False
+
+    def put(self, message: Any) -> None:
+        with self.condition:
+            if not self.closed:
+                self.items.append(message)
+                self.condition.notify_all()
+
+    def get(self) -> Any:
+        with self.condition:
+            self.condition.wait_for(lambda: self.items or self.closed)
+            if not self.items:
+                raise EOFError("the pool closed the link")
+            return self.items.popleft()
+
+    def poll(self, timeout: float | None = 0.0) -> bool:
+        with self.condition:
+            return bool(self.condition.wait_for(lambda: self.items or self.closed, timeout))
+
+    def close(self) -> None:
+        with self.condition:
+            self.closed = True
+            self.condition.notify_all()
+
+
+class _WorkerEnd:
+    """The :class:`~lit_sb3.workers.worker.Channel` a thread worker reads and writes."""
+
+    def __init__(self, inbox: _Pipe, outbox: _Pipe) -> None:
+        self._inbox = inbox
+        self._outbox = outbox
+
+    def send(self, message: Any) -> None:
+        if self._inbox.closed:
+            raise EOFError("the pool closed the link")
+        self._outbox.put(message)
+
+    def recv(self) -> Any:
+        return self._inbox.get()
+
+    def poll(self, timeout: float | None = 0.0) -> bool:
+        return self._inbox.poll(timeout)
+
+
+class ThreadWorker(WorkerHandle):
+    """
+    A worker thread and the pool's end of its link.
+
+    A thread cannot be killed: :meth:`kill` cuts its link, so the pool treats it as dead at once and the thread ends
+    as soon as its app returns control (a thread stuck inside an environment step stays until the step returns).
+
+    :param worker_index: Index of the worker in the pool.
+    :param app_factory: Cloudpickled callable building the app.
+    :param activity: Condition notified whenever the worker sends or ends.
+    """
+
+    def __init__(self, worker_index: int, app_factory: bytes, activity: threading.Condition) -> None:
+        self.worker_index = worker_index
+        self._activity = activity
+        self.to_worker = _Pipe(threading.Condition())
+        self.from_worker = _Pipe(activity)
+        self.killed = False
+        self.failure: str | None = None
+        self.thread = threading.Thread(
+            target=self._run, args=(app_factory,), name=f"lit-sb3-worker-{worker_index}", daemon=True
+        )
+        self.thread.start()
+
+    def _run(self, app_factory: bytes) -> None:
+        try:
+            run_worker(_WorkerEnd(self.to_worker, self.from_worker), app_factory)
+        except BaseException:  # a failure of the loop itself: the pool sees a dead worker and this traceback
+            self.failure = traceback.format_exc()
+        finally:
+            with self._activity:
+                self._activity.notify_all()
+
+    @property
+    def ended(self) -> bool:
+        """Whether the worker is gone for the pool (its thread ended, or it was killed)."""
+        return self.killed or not self.thread.is_alive()
+
+    def send(self, message: Any) -> None:
+        self.to_worker.put(message)
+
+    def recv(self) -> Any:
+        return self.from_worker.get()
+
+    def poll(self) -> bool:
+        return bool(self.from_worker.items)
+
+    def describe_exit(self) -> str:
+        if self.killed:
+            return f"thread {self.thread.name}, killed"
+        if self.failure is not None:
+            return f"thread {self.thread.name}, failed:\n{self.failure}"
+        return f"thread {self.thread.name}, ended"
+
+    def kill(self) -> None:
+        self.killed = True
+        self.to_worker.close()
+        self.from_worker.close()
+
+    def join(self, timeout: float) -> bool:
+        self.thread.join(timeout)
+        return not self.thread.is_alive()
+
+    def release(self) -> None:
+        self.kill()
+
+
+class ThreadBackend(Backend):
+    """Workers as threads of this process (``use_mp=False``)."""
+
+    def __init__(self) -> None:
+        self._activity = threading.Condition()
+        self._woken = False
+
+    def start_worker(self, worker_index: int, app_factory: bytes) -> ThreadWorker:
+        return ThreadWorker(worker_index, app_factory, self._activity)
+
+    def wait(self, handles: list[WorkerHandle], timeout: float | None) -> tuple[list[WorkerHandle], list[WorkerHandle]]:
+        workers = [handle for handle in handles if isinstance(handle, ThreadWorker)]
+
+        def ready() -> bool:
+            return self._woken or any(worker.from_worker.items or worker.ended for worker in workers)
+
+        with self._activity:
+            self._activity.wait_for(ready, timeout)
+            self._woken = False
+            readable: list[WorkerHandle] = [worker for worker in workers if worker.from_worker.items]
+            dead: list[WorkerHandle] = [worker for worker in workers if worker.ended]
+        return readable, dead
+
+    def wake(self) -> None:
+        with self._activity:
+            self._woken = True
+            self._activity.notify_all()
+
+    def close(self) -> None:
+        """Nothing to release: the workers' links go with their handles."""

@@ -1,0 +1,315 @@
+"""The worker pool on its own, with toy apps, on both local backends: streams, immediate controls, credit,
+retries, deaths and shutdown."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import queue
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import CancelledError
+
+import pytest
+
+from lit_sb3.workers import (
+    LocalBackend,
+    PoolClosedError,
+    Stream,
+    ThreadBackend,
+    WorkerDiedError,
+    WorkerError,
+    WorkerPool,
+)
+from lit_sb3.workers.backend import Backend
+from lit_sb3.workers.local import LocalWorker
+from workers.toy_apps import BrokenApp, CountingApp, SquareApp
+
+BACKENDS: dict[str, Callable[[], Backend]] = {"processes": LocalBackend, "threads": ThreadBackend}
+
+
+@pytest.fixture(params=sorted(BACKENDS))
+def backend_name(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+def counting_pool(backend_name: str, n_workers: int = 2, **kwargs: object) -> WorkerPool:
+    factories = [functools.partial(CountingApp, index) for index in range(n_workers)]
+    return WorkerPool(factories, backend=BACKENDS[backend_name](), **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def pool(backend_name: str) -> Iterator[WorkerPool]:
+    with_pool = counting_pool(backend_name)
+    yield with_pool
+    with_pool.close()
+
+
+def count_stream(pool: WorkerPool, n_tasks: int, n_units: int, unit_seconds: float, fail_at: int = -1) -> Stream:
+    payloads = [(n_units, unit_seconds, fail_at) for _ in range(n_tasks)]
+    labels = [f"task {index}" for index in range(n_tasks)]
+    return pool.stream_tasks("count", payloads, labels=labels, capacities=[1] * pool.n_workers)
+
+
+def take(stream: Stream, count: int, timeout: float = 30.0) -> list:
+    items = []
+    for _ in range(count):
+        item = stream.get(timeout)
+        assert item is not None
+        items.append(item)
+    return items
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.01)
+
+
+# ------------------------------------------------------------------------------------------------------ streams
+
+
+def test_partial_results_arrive_before_their_task_ends(pool: WorkerPool) -> None:
+    stream = count_stream(pool, n_tasks=2, n_units=20, unit_seconds=0.05)
+    first = take(stream, 1)[0]
+    assert not stream.result.done()  # the tasks are still running
+    assert first.unit == 0 and first.value == (0, None)
+    rest = list(stream)
+    units_per_task = {task: [item.unit for item in [first, *rest] if item.task_index == task] for task in (0, 1)}
+    assert units_per_task == {0: list(range(20)), 1: list(range(20))}
+    assert stream.result.result(5) == [list(range(20)), list(range(20))]
+    assert stream.counts.received == stream.counts.taken == 40
+    assert stream.counts.dropped == stream.counts.discarded == 0
+    assert stream.get() is None  # ended and drained
+
+
+def test_a_failing_task_ends_its_stream_with_the_worker_traceback(pool: WorkerPool) -> None:
+    stream = count_stream(pool, n_tasks=1, n_units=10, unit_seconds=0.01, fail_at=3)
+    with pytest.raises(WorkerError, match="unit 3 failed on purpose") as caught:
+        list(stream)
+    assert caught.value.exception_type == "ValueError" and caught.value.unit_index == 3
+    assert "in advance" in caught.value.remote_traceback
+    assert isinstance(stream.result.exception(5), WorkerError)
+    assert pool.call(0, "whoami").result(10)[0] == 0  # the pool goes on
+
+
+def test_emitting_outside_a_stream_fails_the_job_loudly(backend_name: str) -> None:
+    pool = WorkerPool([SquareApp], backend=BACKENDS[backend_name]())
+    try:
+        assert pool.run_tasks("square", [(3, False)], labels=["x"], capacities=[1]).result(10) == [9]
+        future = pool.run_tasks("square", [(3, True)], labels=["x"], capacities=[1])
+        with pytest.raises(RuntimeError, match="not started as a stream"):
+            future.result(10)
+    finally:
+        pool.close()
+
+
+def test_cancel_stops_the_tasks_and_counts_what_it_discards(pool: WorkerPool) -> None:
+    stream = pool.stream_tasks("forever", [(0.01,), (0.01,)], labels=["a", "b"], capacities=[1, 1])
+    take(stream, 5)
+    wait_until(lambda: stream.buffered > 0)
+    stream.cancel()
+    assert stream.get() is None
+    assert stream.counts.discarded > 0
+    assert stream.counts.taken == 5
+    with pytest.raises(CancelledError):
+        stream.result.result(5)
+    # Both workers are free again: a new stream runs on them.
+    assert len(list(count_stream(pool, n_tasks=2, n_units=3, unit_seconds=0.0))) == 6
+
+
+# ---------------------------------------------------------------------------------------------------- controls
+
+
+def test_immediate_controls_are_answered_while_a_task_runs(pool: WorkerPool) -> None:
+    stream = count_stream(pool, n_tasks=2, n_units=40, unit_seconds=0.05)
+    take(stream, 2)
+    for worker_index in range(2):
+        assert pool.call(worker_index, "whoami").result(10)[0] == worker_index
+    assert not stream.result.done()  # answered between two steps of the running tasks
+    barrier = pool.call(0, "finished_tasks")  # not immediate: waits for worker 0's task
+    assert barrier.result(30) == 1
+    assert stream.result.done() or stream.buffered + stream.counts.taken >= 40
+    stream.cancel()
+
+
+def test_an_immediate_control_changes_a_running_task(pool: WorkerPool) -> None:
+    stream = count_stream(pool, n_tasks=1, n_units=30, unit_seconds=0.02)
+    before = take(stream, 3)
+    worker = before[0].worker_index
+    pool.call(worker, "set_tag", "new").result(10)
+    after = list(stream)
+    assert all(item.value[1] is None for item in before)
+    tags = [item.value[1] for item in after]
+    first_new = tags.index("new")
+    assert all(tag is None for tag in tags[:first_new]) and all(tag == "new" for tag in tags[first_new:])
+    assert first_new <= 2  # at most the unit under way and one handed over before the call was read
+
+
+# ------------------------------------------------------------------------------------------------------ credit
+
+
+def test_the_buffer_bound_holds_across_workers_and_streams(backend_name: str) -> None:
+    pool = counting_pool(backend_name, stream_capacity=3)
+    try:
+        first = count_stream(pool, n_tasks=2, n_units=50, unit_seconds=0.0)
+        second = pool.stream_tasks("count", [(50, 0.0, -1)], labels=["c"], capacities=[2, 2])
+        wait_until(lambda: first.buffered + second.buffered == 3)
+        time.sleep(0.3)  # the workers are paused by back-pressure, not slow
+        assert first.buffered + second.buffered == 3
+        assert first.counts.received + second.counts.received == 3
+        taken = take(first, first.buffered) + take(second, second.buffered)
+        assert len(taken) == 3
+        wait_until(lambda: first.buffered + second.buffered == 3)
+        # The bound is shared: a consumer drains both streams (one left alone would hold the room).
+        while not (first.ended and second.ended and first.buffered == second.buffered == 0):
+            for stream in (first, second):
+                with contextlib.suppress(queue.Empty):
+                    if (item := stream.get(timeout=0.001)) is not None:
+                        taken.append(item)
+                assert first.buffered + second.buffered <= 3
+        assert len(taken) == 150
+        assert first.counts.taken == 100 and second.counts.taken == 50
+        assert first.counts.dropped == second.counts.dropped == 0
+    finally:
+        pool.close()
+
+
+def test_credit_goes_where_it_is_needed(backend_name: str) -> None:
+    """One worker paused on a full buffer must not keep the other from using freed room."""
+    pool = counting_pool(backend_name, stream_capacity=2)
+    try:
+        stream = count_stream(pool, n_tasks=2, n_units=10, unit_seconds=0.0)
+        workers = {item.worker_index for item in stream}
+        assert workers == {0, 1}
+        assert stream.counts.taken == 20
+    finally:
+        pool.close()
+
+
+def test_a_put_timeout_drops_and_counts_what_finds_no_room(backend_name: str) -> None:
+    pool = counting_pool(backend_name, stream_capacity=1, put_timeout=0.02)
+    try:
+        stream = count_stream(pool, n_tasks=2, n_units=10, unit_seconds=0.0)
+        assert stream.result.result(30) is not None  # nobody consumed, yet the tasks ended
+        assert stream.counts.received == 1
+        assert stream.counts.dropped == 19
+        assert stream.counts.avg_push_wait_seconds >= 0.02 * 19 / 20
+        assert len(list(stream)) == 1
+    finally:
+        pool.close()
+
+
+# ----------------------------------------------------------------------------------------------------- retries
+
+
+def kill_worker(pool: WorkerPool, worker_index: int) -> None:
+    """SIGKILL a worker process; cut a worker thread's link (a thread cannot be killed)."""
+    handle = pool.handles[worker_index]
+    if isinstance(handle, LocalWorker):
+        assert handle.pid is not None
+        os.kill(handle.pid, signal.SIGKILL)
+    else:
+        assert handle is not None
+        handle.kill()
+
+
+def test_a_stream_resumes_after_its_worker_dies_mid_stream(pool: WorkerPool) -> None:
+    stream = count_stream(pool, n_tasks=2, n_units=30, unit_seconds=0.02)
+    items = take(stream, 10)
+    kill_worker(pool, items[-1].worker_index)
+    items += list(stream)
+    per_task = {task: sorted(item.unit for item in items if item.task_index == task) for task in (0, 1)}
+    assert per_task == {0: list(range(30)), 1: list(range(30))}  # nothing twice, nothing lost
+    assert stream.counts.resumed == 1
+    assert pool.restarts == 1
+    finals = stream.result.result(5)
+    assert sorted(finals[0] + finals[1]) != []  # the resumed task reports only what it emitted itself
+    assert len(finals[0]) + len(finals[1]) < 60 or stream.counts.interrupted >= 0
+
+
+def test_rerun_and_fail_policies(backend_name: str) -> None:
+    pool = counting_pool(backend_name, n_workers=1, max_restarts=2)
+    try:
+        rerun = pool.stream_tasks("count", [(40, 0.02, -1)], labels=["whole"], capacities=[1], retry="rerun")
+        before = [item.unit for item in take(rerun, 5)]
+        kill_worker(pool, 0)
+        after = [item.unit for item in rerun]
+        assert before == list(range(5))
+        assert after[-40:] == list(range(40))  # started again from scratch: what was delivered comes twice
+        assert rerun.result.result(5) == [list(range(40))]
+        failing = pool.stream_tasks("count", [(40, 0.02, -1)], labels=["fragile"], capacities=[1], retry="fail")
+        take(failing, 2)
+        kill_worker(pool, 0)
+        with pytest.raises(WorkerDiedError, match="while running fragile; the job's retry policy is 'fail'"):
+            list(failing)
+        assert pool.restarts == 2
+        assert pool.call(0, "whoami").result(20)[0] == 0
+    finally:
+        pool.close()
+
+
+def test_past_the_restart_budget_the_stream_raises_naming_the_worker(backend_name: str) -> None:
+    pool = counting_pool(backend_name, n_workers=1, max_restarts=0)
+    try:
+        stream = count_stream(pool, n_tasks=1, n_units=100, unit_seconds=0.02)
+        take(stream, 2)
+        kill_worker(pool, 0)
+        with pytest.raises(WorkerDiedError, match=r"worker 0 .* died while running task 0"):
+            list(stream)
+        with pytest.raises(RuntimeError, match="unusable"):
+            pool.call(0, "whoami")
+    finally:
+        pool.close()
+
+
+def test_invalid_job_arguments_are_refused(pool: WorkerPool) -> None:
+    with pytest.raises(ValueError, match="retry must be one of"):
+        pool.run_tasks("count", [(1, 0.0, -1)], labels=["x"], capacities=[1, 1], retry="again")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="one label per payload"):
+        pool.stream_tasks("count", [(1, 0.0, -1)], labels=[], capacities=[1, 1])
+    with pytest.raises(ValueError, match="stream_capacity must be a positive int"):
+        WorkerPool([CountingApp], backend=ThreadBackend(), stream_capacity=0)
+
+
+def test_an_app_that_cannot_be_built_is_reported(backend_name: str) -> None:
+    with pytest.raises(WorkerError, match="cannot build this app"):
+        WorkerPool([BrokenApp], backend=BACKENDS[backend_name]())
+
+
+# ---------------------------------------------------------------------------------------------------- shutdown
+
+
+def test_close_during_a_stream_ends_it_and_leaves_nothing_behind(backend_name: str) -> None:
+    threads_before = set(threading.enumerate())
+    pool = counting_pool(backend_name)
+    stream = pool.stream_tasks("forever", [(0.01,), (0.01,)], labels=["a", "b"], capacities=[1, 1])
+    take(stream, 3)
+    consumer_error: list[BaseException] = []
+
+    def consume() -> None:
+        try:
+            list(stream)
+        except BaseException as exc:
+            consumer_error.append(exc)
+
+    consumer = threading.Thread(target=consume)
+    consumer.start()
+    pool.close()
+    consumer.join(10)
+    assert not consumer.is_alive()
+    assert len(consumer_error) == 1 and isinstance(consumer_error[0], PoolClosedError)
+    with pytest.raises(PoolClosedError):
+        pool.stream_tasks("forever", [(0.01,)], labels=["a"], capacities=[1, 1])
+    wait_until(lambda: set(threading.enumerate()) <= threads_before, timeout=10)  # processes: see conftest
+
+
+def test_stream_get_times_out_with_queue_empty(pool: WorkerPool) -> None:
+    stream = pool.stream_tasks("forever", [(5.0,)], labels=["slow"], capacities=[1, 1])
+    with pytest.raises(queue.Empty):
+        stream.get(timeout=0.05)
+    stream.cancel()

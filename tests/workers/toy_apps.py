@@ -1,0 +1,147 @@
+"""Small worker apps that exercise the pool without environments: pickled by value into workers."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any, ClassVar
+
+from lit_sb3.workers.app import TaskError, WorkerApp
+
+
+class CountingApp(WorkerApp):
+    """
+    Task ``count(n, unit_seconds, fail_at)`` emits units ``0..n-1`` (skipping delivered ones) one every
+    ``unit_seconds``, each as ``(unit, tag)`` with the current ``tag``, and ends with the list of units it emitted.
+    ``fail_at`` makes the task raise on that unit. Task ``forever(unit_seconds)`` emits units until cancelled.
+
+    :param worker_index: Index of the worker (returned by ``whoami``).
+    """
+
+    immediate_methods: ClassVar[frozenset[str]] = frozenset({"whoami", "set_tag"})
+    control_methods: ClassVar[frozenset[str]] = frozenset({"whoami", "set_tag", "finished_tasks"})
+    task_methods: ClassVar[frozenset[str]] = frozenset({"count", "forever"})
+
+    def __init__(self, worker_index: int = 0) -> None:
+        super().__init__()
+        self.worker_index = worker_index
+        self.tag: Any = None
+        self.finished = 0
+        self._tasks: dict[int, dict[str, Any]] = {}
+
+    def whoami(self) -> tuple[int, int, int]:
+        """:return: Worker index, process id and thread id."""
+        return self.worker_index, os.getpid(), threading.get_ident()
+
+    def set_tag(self, tag: Any) -> None:
+        """:param tag: Tag of the units emitted from now on."""
+        self.tag = tag
+
+    def finished_tasks(self) -> int:
+        """:return: How many tasks ended so far."""
+        return self.finished
+
+    def submit(
+        self, request_id: int, method: str, args: tuple[Any, ...], delivered: frozenset[int] = frozenset()
+    ) -> None:
+        if method == "count":
+            n, unit_seconds, fail_at = args
+            todo = [unit for unit in range(n) if unit not in delivered]
+        else:
+            (unit_seconds,) = args
+            todo = None
+            fail_at = None
+        start = max(delivered, default=-1) + 1 if todo is None else 0
+        self._tasks[request_id] = {
+            "todo": todo,
+            "next": start,
+            "unit_seconds": unit_seconds,
+            "fail_at": fail_at,
+            "emitted": [],
+            "due": time.monotonic() + unit_seconds,
+        }
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._tasks)
+
+    def advance(self) -> list[tuple[int, Any]]:
+        request_id, task = min(self._tasks.items(), key=lambda item: item[1]["due"])
+        time.sleep(max(0.0, task["due"] - time.monotonic()))
+        unit = task["todo"].pop(0) if task["todo"] is not None else task["next"]
+        task["next"] = unit + 1
+        self.mark_started(0, unit, request_id)
+        if unit == task["fail_at"]:
+            try:
+                raise ValueError(f"unit {unit} failed on purpose")
+            except ValueError as exc:
+                raise TaskError(request_id, unit) from exc
+        self.mark_idle(0)
+        self.emit(request_id, unit, (unit, self.tag))
+        task["emitted"].append(unit)
+        task["due"] = time.monotonic() + task["unit_seconds"]
+        if task["todo"] is not None and not task["todo"]:
+            del self._tasks[request_id]
+            self.finished += 1
+            return [(request_id, task["emitted"])]
+        return []
+
+    def cancel(self, request_ids: tuple[int, ...] | None = None) -> list[int]:
+        dropped = [rid for rid in self._tasks if request_ids is None or rid in request_ids]
+        for request_id in dropped:
+            del self._tasks[request_id]
+        return dropped
+
+
+class SquareApp(WorkerApp):
+    """Task ``square(x)`` answers ``x * x`` at once, without partial results; ``emit_too`` also emits one."""
+
+    task_methods: ClassVar[frozenset[str]] = frozenset({"square"})
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._done: list[tuple[int, Any]] = []
+
+    def submit(
+        self, request_id: int, method: str, args: tuple[Any, ...], delivered: frozenset[int] = frozenset()
+    ) -> None:
+        x, emit_too = args
+        if emit_too:
+            self.emit(request_id, 0, x)
+        self._done.append((request_id, x * x))
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._done)
+
+    def advance(self) -> list[tuple[int, Any]]:
+        done, self._done = self._done, []
+        return done
+
+    def cancel(self, request_ids: tuple[int, ...] | None = None) -> list[int]:
+        dropped = [rid for rid, _ in self._done if request_ids is None or rid in request_ids]
+        self._done = [entry for entry in self._done if entry[0] not in dropped]
+        return dropped
+
+
+class BrokenApp(WorkerApp):
+    """An app whose constructor fails."""
+
+    def __init__(self) -> None:
+        raise RuntimeError("cannot build this app")
+
+    def submit(
+        self, request_id: int, method: str, args: tuple[Any, ...], delivered: frozenset[int] = frozenset()
+    ) -> None:
+        """Never reached."""
+
+    @property
+    def busy(self) -> bool:
+        return False
+
+    def advance(self) -> list[tuple[int, Any]]:
+        return []
+
+    def cancel(self, request_ids: tuple[int, ...] | None = None) -> list[int]:
+        return []
