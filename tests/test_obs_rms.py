@@ -14,6 +14,7 @@ from stable_baselines3.common.vec_env import VecEnv, VecFrameStack, VecMonitor
 from fixture_envs import scalar_vec_env
 from lit_sb3 import AsyncEval
 from lit_sb3.evaluation.obs_rms import merge_obs_rms, subtract_running_mean_std
+from lit_sb3.vec_env import CandidateEval, InProcessEval
 
 
 def statistics_of(batches: list[np.ndarray]) -> RunningMeanStd:
@@ -75,22 +76,40 @@ def test_merged_statistics_equal_those_of_every_observation(tmp_path: Path) -> N
     assert main_rms.count == pytest.approx(expected.count, rel=1e-12)
 
 
-def test_normalisation_is_frozen_within_a_round_and_synced_between(scalar_policy: LinearPolicy) -> None:
-    """With synced statistics, results do not depend on how many workers share the observations."""
+def run_normalised_rounds(evaluator: CandidateEval, weights: np.ndarray) -> tuple[np.ndarray, list[RunningMeanStd]]:
+    """Three rounds with merge and sync between them: every candidate's returns and the merged statistics."""
+    evaluator.seed(11)
+    rounds, merged = [], []
+    for _ in range(3):
+        evaluator.send_jobs(weights, len(weights))
+        rounds.append([returns for _, (returns, _) in evaluator.get_results()])
+        merged.append(evaluator.merge_obs_rms())
+        evaluator.sync_obs_rms(merged[-1])
+    return np.array(rounds), merged
+
+
+def test_normalisation_is_frozen_within_a_round_and_merged_in_candidate_order(scalar_policy: LinearPolicy) -> None:
+    """Returns and merged statistics are bit-identical in-process and for any number of workers, sub-environments
+    per worker and chunk size: each episode's statistics come back with its results and are added in candidate
+    order."""
     weights = np.random.default_rng(3).normal(size=(8, 2)).astype(np.float32)
+    env_fn = functools.partial(scalar_vec_env, normalize=True, random_length=True)
     outcomes = []
-    for n_workers in [1, 2]:
-        env_fn = functools.partial(scalar_vec_env, normalize=True, random_length=True)
-        with AsyncEval([env_fn] * n_workers, scalar_policy) as ae:
-            ae.seed(11)
-            rounds = []
-            for _ in range(3):
-                ae.send_jobs(weights, 8)
-                rounds.append([returns for _, (returns, _) in ae.get_results()])
-                ae.sync_obs_rms(ae.merge_obs_rms())
-            outcomes.append(np.array(rounds))
-    np.testing.assert_allclose(outcomes[0], outcomes[1], rtol=1e-12)
-    assert not np.allclose(outcomes[0][0], outcomes[0][2])  # normalisation changed between rounds
+    with InProcessEval(env_fn(), scalar_policy, n_eval_episodes=2) as in_process:
+        outcomes.append(run_normalised_rounds(in_process, weights))
+    for n_workers, n_envs, chunk_size in [(1, 1, None), (2, 1, None), (2, 3, 1)]:
+        worker_env_fn = functools.partial(env_fn, n_envs=n_envs)
+        with AsyncEval([worker_env_fn] * n_workers, scalar_policy, n_eval_episodes=2, chunk_size=chunk_size) as ae:
+            outcomes.append(run_normalised_rounds(ae, weights))
+    reference_returns, reference_merged = outcomes[0]
+    for returns, merged in outcomes[1:]:
+        np.testing.assert_array_equal(returns, reference_returns)
+        for rms, reference in zip(merged, reference_merged, strict=True):
+            assert rms.count == reference.count
+            np.testing.assert_array_equal(rms.mean, reference.mean)
+            np.testing.assert_array_equal(rms.var, reference.var)
+    assert not np.allclose(reference_returns[0], reference_returns[2])  # normalisation changed between rounds
+    assert reference_merged[0].count < reference_merged[2].count
 
 
 @pytest.mark.parametrize("wrap", ["monitor_outside", "frame_stack_outside"])
@@ -110,7 +129,7 @@ def test_normalisation_under_other_wrappers_is_frozen_too(scalar_policy: LinearP
                 ae.sync_obs_rms(ae.merge_obs_rms())
             outcomes.append(np.array(rounds))
             assert ae.synced_obs_rms[0].count > 100
-    np.testing.assert_allclose(outcomes[0], outcomes[1], rtol=1e-12)
+    np.testing.assert_array_equal(outcomes[0], outcomes[1])
 
 
 def _wrapped_normalized_env(wrapper: type) -> VecEnv:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple, cast
 
 import gymnasium as gym
 import numpy as np
@@ -15,7 +15,7 @@ from stable_baselines3.common.running_mean_std import RunningMeanStd
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecMonitor, VecNormalize, unwrap_vec_normalize
 
 from lit_sb3.evaluation.normalization import FrozenNormalizer, ObservationNormalizer, WrappedNormalizer
-from lit_sb3.evaluation.obs_rms import check_same_statistics
+from lit_sb3.evaluation.obs_rms import ObsRms, check_same_statistics
 from lit_sb3.evaluation.policy_kernels import make_batched_policy
 from lit_sb3.evaluation.seeding import episode_seed
 from lit_sb3.evaluation.slot_envs import SlotEnvError, make_slot_env
@@ -61,6 +61,7 @@ class _Request:
     episode_returns: np.ndarray
     episode_lengths: np.ndarray
     remaining: int
+    episode_obs_rms: list[ObsRms | None]  # of each (candidate, episode), when the observations are collected
 
 
 def make_vec_env_from(env: VecEnv | GymVectorEnv | gym.Env) -> VecEnv | GymVectorEnv:
@@ -195,6 +196,7 @@ class CandidateEvaluator(WorkerApp):
             np.zeros((n_candidates, n_episodes), np.float64),
             np.zeros((n_candidates, n_episodes), np.int64),
             n_candidates * n_episodes,
+            [None] * (n_candidates * n_episodes),
         )
         self._queue.extend(episodes)
 
@@ -239,6 +241,9 @@ class CandidateEvaluator(WorkerApp):
                 self.mark_idle(slot)
                 stopped.append(slot)
         self.slots.stop(stopped)
+        if self.normalizer is not None:
+            for slot in stopped:
+                self.normalizer.drop_episode(slot)
         for request_id in dropped:
             del self._requests[request_id]
         return dropped
@@ -271,6 +276,8 @@ class CandidateEvaluator(WorkerApp):
                     raise TaskError(episode.request_id, episode.candidate) from exc
                 self._slot_loaded[slot] = loaded
             seeds[slot] = episode.seed
+            if self.normalizer is not None:
+                self.normalizer.drop_episode(slot)  # nothing of an episode stopped by a failure goes on
             self.mark_started(slot, episode.candidate, episode.request_id)
         if not seeds:
             return
@@ -288,12 +295,15 @@ class CandidateEvaluator(WorkerApp):
         row = episode.candidate - request.first_candidate
         request.episode_returns[row, episode.episode] = self.slots.episode_returns[slot]
         request.episode_lengths[row, episode.episode] = self.slots.episode_lengths[slot]
+        if self.normalizer is not None:
+            request.episode_obs_rms[row * self.n_eval_episodes + episode.episode] = self.normalizer.end_episode(slot)
         request.remaining -= 1
         if request.remaining == 0:
             del self._requests[episode.request_id]
-            finished.append(
-                (episode.request_id, (request.first_candidate, request.episode_returns, request.episode_lengths))
-            )
+            collected = self.normalizer is not None and self.normalizer.collect
+            episode_obs_rms = cast(list[ObsRms], request.episode_obs_rms) if collected else None
+            result = (request.first_candidate, request.episode_returns, request.episode_lengths, episode_obs_rms)
+            finished.append((episode.request_id, result))
 
     def _task_error(self, slot: int | None) -> TaskError:
         episode = self._slot_episode[slot] if slot is not None else None

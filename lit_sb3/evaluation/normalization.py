@@ -1,8 +1,9 @@
 """Observation normalisation during evaluation, with ``VecNormalize``'s statistics frozen for a round.
 
 Freezing makes a candidate's normalisation the same on every worker, whatever else the worker evaluated in the
-round. The observations the policies act on are collected meanwhile and folded into the running statistics when
-the pool asks for them (``get_obs_rms``), so that the statistics still see every observation.
+round. The observations the policies act on are gathered per episode meanwhile: each episode's statistics go back
+with its candidate's results (so the main process can add them in candidate order, the same for any number of
+workers), and are folded into the worker's running statistics when the pool asks for them (``get_obs_rms``).
 """
 
 from __future__ import annotations
@@ -13,40 +14,52 @@ import numpy as np
 from stable_baselines3.common.running_mean_std import RunningMeanStd
 from stable_baselines3.common.vec_env import VecNormalize
 
-#: Most observation rows buffered before they are folded into the pending statistics in one batch.
-BUFFER_ROWS = 4096
-#: Most bytes one buffer may take (images have large rows).
-BUFFER_BYTES = 32 * 2**20
+from lit_sb3.evaluation.obs_rms import ObsRms
+
+#: Most observation rows buffered per slot before they are folded into the episode's statistics in one batch. Fixed
+#: (not shared among the slots), so an episode's statistics never depend on how many slots the worker has.
+BUFFER_ROWS = 1024
+#: Most bytes one slot's buffer may take (images have large rows).
+BUFFER_BYTES = 4 * 2**20
 
 
-class _Collector:
-    """Observations gathered in batches into statistics of their own (count starting at 0)."""
+class _EpisodeCollector:
+    """Each slot's observations of its running episode, gathered in batches into statistics of their own."""
 
     def __init__(self, shape: tuple[int, ...]) -> None:
-        row_bytes = 8 * int(np.prod(shape))
-        self._buffer = np.empty((max(1, min(BUFFER_ROWS, BUFFER_BYTES // row_bytes)), *shape), np.float64)
-        self._buffered = 0
-        self.pending = RunningMeanStd(epsilon=0.0, shape=shape)
+        self._shape = shape
+        self._rows = max(1, min(BUFFER_ROWS, BUFFER_BYTES // (8 * int(np.prod(shape)))))
+        # Allocated for as many slots as the first observations have rows.
+        self._buffer = np.empty((0, self._rows, *shape), np.float64)
+        self._buffered = np.zeros(0, np.int64)
+        self._episodes: list[RunningMeanStd] = []
 
-    def add(self, rows: np.ndarray) -> None:
-        if self._buffered + len(rows) > len(self._buffer):
-            self._fold()
-            if len(rows) > len(self._buffer):
-                self.pending.update(np.asarray(rows, np.float64))
-                return
-        self._buffer[self._buffered : self._buffered + len(rows)] = rows
-        self._buffered += len(rows)
+    def add(self, observations: np.ndarray, slots: list[int]) -> None:
+        """:param observations: One row per slot (all slots); the rows of ``slots`` are added to their episodes."""
+        if len(self._episodes) < len(observations):
+            n_slots = len(observations)
+            self._buffer = np.empty((n_slots, self._rows, *self._shape), np.float64)
+            self._buffered = np.zeros(n_slots, np.int64)
+            self._episodes = [RunningMeanStd(epsilon=0.0, shape=self._shape) for _ in range(n_slots)]
+        self._buffer[slots, self._buffered[slots]] = observations[slots]
+        self._buffered[slots] += 1
+        for slot in np.flatnonzero(self._buffered == self._buffer.shape[1]):
+            self._fold(int(slot))
 
-    def take(self) -> RunningMeanStd:
-        """:return: Statistics of everything added since the last take (count 0 if nothing)."""
-        self._fold()
-        taken, self.pending = self.pending, RunningMeanStd(epsilon=0.0, shape=self.pending.mean.shape)
-        return taken
+    def take(self, slot: int) -> RunningMeanStd:
+        """:return: Statistics of the slot's episode (count 0 if it saw nothing); the slot starts afresh."""
+        if slot >= len(self._episodes):
+            return RunningMeanStd(epsilon=0.0, shape=self._shape)
+        self._fold(slot)
+        episode = self._episodes[slot]
+        self._episodes[slot] = RunningMeanStd(epsilon=0.0, shape=self._shape)
+        return episode
 
-    def _fold(self) -> None:
-        if self._buffered:
-            self.pending.update(self._buffer[: self._buffered])
-            self._buffered = 0
+    def _fold(self, slot: int) -> None:
+        rows = int(self._buffered[slot])
+        if rows:
+            self._episodes[slot].update(self._buffer[slot, :rows])
+            self._buffered[slot] = 0
 
 
 class ObservationNormalizer:
@@ -60,10 +73,15 @@ class ObservationNormalizer:
         self.vec_normalize = vec_normalize
         self.collect = vec_normalize.training
         obs_rms = vec_normalize.obs_rms
-        if isinstance(obs_rms, dict):
-            self._collectors = {key: _Collector(rms.mean.shape) for key, rms in obs_rms.items()}
-        else:
-            self._collectors = {None: _Collector(cast(RunningMeanStd, obs_rms).mean.shape)}
+        shapes = (
+            {key: rms.mean.shape for key, rms in obs_rms.items()}
+            if isinstance(obs_rms, dict)
+            else {None: cast(RunningMeanStd, obs_rms).mean.shape}
+        )
+        self._collectors = {key: _EpisodeCollector(shape) for key, shape in shapes.items()}
+        # The ended episodes' statistics since the last flush, combined as they come (in no canonical order: results
+        # never depend on a worker's full statistics).
+        self._unflushed = {key: RunningMeanStd(epsilon=0.0, shape=shape) for key, shape in shapes.items()}
 
     def freeze(self) -> None:
         """Take the current statistics as the ones to normalise with, until the next call."""
@@ -76,17 +94,36 @@ class ObservationNormalizer:
         """
         raise NotImplementedError
 
+    def end_episode(self, slot: int) -> ObsRms | None:
+        """
+        :param slot: A slot whose episode ended.
+        :return: The statistics of the observations its policy acted on (None when not collecting); they are also
+            kept for the next :meth:`flush`.
+        """
+        if not self.collect:
+            return None
+        taken = {key: collector.take(slot) for key, collector in self._collectors.items()}
+        for key, rms in taken.items():
+            if rms.count > 0:
+                self._unflushed[key].combine(rms)
+        return taken[None] if None in taken else cast(dict[str, RunningMeanStd], taken)
+
+    def drop_episode(self, slot: int) -> None:
+        """Forget what a slot's stopped (unfinished) episode collected."""
+        for collector in self._collectors.values():
+            collector.take(slot)
+
     def flush(self) -> None:
-        """Fold the collected observations into the ``VecNormalize``'s running statistics."""
+        """Fold the statistics of the episodes ended since the last flush into the ``VecNormalize``'s."""
         obs_rms: Any = self.vec_normalize.obs_rms
-        for key, collector in self._collectors.items():
-            new_data = collector.take()
-            if new_data.count > 0:
-                (obs_rms if key is None else obs_rms[key]).combine(new_data)
+        for key, rms in self._unflushed.items():
+            if rms.count > 0:
+                (obs_rms if key is None else obs_rms[key]).combine(rms)
+                self._unflushed[key] = RunningMeanStd(epsilon=0.0, shape=rms.mean.shape)
 
     def _collect(self, raw: Any, slots: list[int]) -> None:
         for key, collector in self._collectors.items():
-            collector.add((raw if key is None else raw[key])[slots])
+            collector.add(raw if key is None else raw[key], slots)
 
 
 class FrozenNormalizer(ObservationNormalizer):

@@ -1,10 +1,14 @@
-"""Merging observation statistics from workers without counting the shared part twice.
+"""Merging observation statistics without counting any observation twice.
 
-After a sync, every worker starts from the same statistics S. A worker's statistics later are S combined with what
-it saw since. Combining running statistics can be undone exactly (counts, means and second moments), so each
-worker's new data is ``worker - S``, and the merged statistics are ``S + sum_i (worker_i - S)``: every observation
-counted once. (Combining whole worker statistics and subtracting a count, as sb3-contrib's ARS does, keeps S's mean
-and variance weighted ``n_workers`` times.)
+Our evaluators hand back, with each candidate's results, the statistics of the observations each of its episodes
+saw: :func:`combine_obs_rms` adds those to the last synced statistics in candidate order, the same whatever worker
+ran what (so results are bit-identical for any number of workers). For callers that only have each worker's full
+statistics (sb3-contrib's ARS uses ``get_obs_rms()``): after a sync, every worker starts from the same statistics
+S, and a worker's statistics later are S combined with what it saw since. Combining running statistics can be
+undone exactly (counts, means and second moments), so each worker's new data is ``worker - S``, and
+:func:`merge_obs_rms` gives ``S + sum_i (worker_i - S)``: every observation counted once. (Combining whole worker
+statistics and subtracting a count, as sb3-contrib's ARS does, keeps S's mean and variance weighted ``n_workers``
+times.)
 """
 
 from __future__ import annotations
@@ -76,6 +80,21 @@ def _merge_one(
         new_data = subtract_running_mean_std(worker, synced)
         if new_data.count > 0.0:
             merged.combine(new_data)
+    return merged
+
+
+def combine_obs_rms(base: ObsRms, parts: Sequence[ObsRms]) -> ObsRms:
+    """
+    :param base: Statistics to extend (not modified).
+    :param parts: Statistics of further observations, combined into ``base`` one after the other, in this order.
+    :return: New statistics of all the data. Dict statistics are combined key by key.
+    """
+    merged = copy_obs_rms(base)
+    for part in parts:
+        for key, rms in merged.items() if isinstance(merged, dict) else [(None, merged)]:
+            addition = _entry(part, key)
+            if addition.count > 0.0:
+                rms.combine(addition)
     return merged
 
 

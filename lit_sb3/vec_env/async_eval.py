@@ -13,8 +13,9 @@ import numpy as np
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.vec_env import VecEnv
 
+from lit_sb3.checks import check_positive_int
 from lit_sb3.evaluation.evaluator import CandidateEvaluator, RoundSpec
-from lit_sb3.vec_env.candidate_eval import CandidateEval, ChunkResult, check_positive_int
+from lit_sb3.vec_env.candidate_eval import CandidateEval, ChunkResult
 from lit_sb3.workers.backend import Backend, WorkerHandle
 from lit_sb3.workers.local import LocalBackend
 from lit_sb3.workers.pool import WorkerPool

@@ -17,15 +17,16 @@ from stable_baselines3.common.vec_env import VecEnv
 
 from lit_sb3.checks import check_positive_int
 from lit_sb3.evaluation.evaluator import CandidateEvaluator, RoundSpec
-from lit_sb3.evaluation.obs_rms import ObsRms, check_same_statistics, copy_obs_rms, merge_obs_rms
+from lit_sb3.evaluation.obs_rms import ObsRms, check_same_statistics, combine_obs_rms, copy_obs_rms
 from lit_sb3.workers.app import TaskError
 from lit_sb3.workers.errors import PoolClosedError
 
 Options = dict[str, Any] | list[dict[str, Any]] | None
 #: What a round returns: ``(candidate_index, (episode_rewards, episode_lengths))`` per candidate.
 Results = list[tuple[int, tuple[np.ndarray, np.ndarray]]]
-#: What an evaluator returns for a block of candidates: first index, returns and lengths of each.
-ChunkResult = tuple[int, np.ndarray, np.ndarray]
+#: What an evaluator returns for a block of candidates: first index, returns and lengths of each, and the statistics
+#: of the observations of each episode (candidate by candidate, then episode by episode; None without VecNormalize).
+ChunkResult = tuple[int, np.ndarray, np.ndarray, list[ObsRms] | None]
 
 
 class CandidateEval(ABC):
@@ -51,6 +52,7 @@ class CandidateEval(ABC):
         self._round_serial = 0
         self._options: Options = None
         self._synced_obs_rms: list[Any] = []
+        self._new_obs_rms: list[ObsRms] = []  # of every episode since the last sync, in candidate order
 
     @property
     def n_workers(self) -> int:
@@ -172,9 +174,13 @@ class CandidateEval(ABC):
             self._pending_size = None
             raise
         self._pending_size = None
+        chunks = sorted(chunks, key=lambda chunk: chunk[0])
+        for *_, episode_obs_rms in chunks:
+            if episode_obs_rms is not None:
+                self._new_obs_rms.extend(episode_obs_rms)
         return [
             (first + row, (episode_returns[row], episode_lengths[row]))
-            for first, episode_returns, episode_lengths in chunks
+            for first, episode_returns, episode_lengths, _ in chunks
             for row in range(len(episode_returns))
         ]
 
@@ -205,6 +211,7 @@ class CandidateEval(ABC):
         check_same_statistics(obs_rms, reference)
         self._sync_workers(obs_rms)
         self._synced_obs_rms = [copy_obs_rms(obs_rms) for _ in range(self.n_workers)]
+        self._new_obs_rms = []
 
     def close(self) -> None:
         """
@@ -222,16 +229,17 @@ class CandidateEval(ABC):
 
     def merge_obs_rms(self, base: ObsRms | None = None) -> ObsRms:
         """
-        Merge what the workers observed since the last sync, counting every observation once
-        (see :mod:`lit_sb3.evaluation.obs_rms`).
+        Merge what the candidates observed since the last sync, counting every observation once: the statistics of
+        each episode, added in candidate order (then episode order), so the result is the same bit for bit whatever
+        worker ran which candidate (see :mod:`lit_sb3.evaluation.obs_rms`).
 
         :param base: Statistics to add the new observations to; by default the last synced ones.
         :return: The merged statistics, ready for :meth:`sync_obs_rms`.
         """
-        worker_obs_rms = self.get_obs_rms()
-        if any(rms is None for rms in worker_obs_rms):
+        self._check_idle("merge_obs_rms")
+        if any(rms is None for rms in self._synced_obs_rms):
             raise ValueError("merge_obs_rms: some workers' environments have no VecNormalize")
-        return merge_obs_rms(self._synced_obs_rms[0] if base is None else base, worker_obs_rms, self._synced_obs_rms)
+        return combine_obs_rms(self._synced_obs_rms[0] if base is None else base, self._new_obs_rms)
 
     def __enter__(self) -> CandidateEval:
         return self
