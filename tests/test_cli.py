@@ -295,15 +295,17 @@ def test_evaluate_records_videos(
     assert all(path.stat().st_size > 1000 for path in files)
 
 
-def test_evaluate_keeps_the_random_population() -> None:
-    result = run("evaluate", "--random-population", "CartPole-v1", "--pop-size", "6", "--episodes", "2", "--top", "4")
-    assert result.returncode == 0, result.stderr
-    lines = result.stdout.splitlines()
+def test_evaluate_keeps_the_random_population(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, err = call(
+        capsys, "evaluate", "--random-population", "CartPole-v1", "--pop-size", "6", "--episodes", "2", "--top", "4"
+    )
+    assert status == 0, err
+    lines = out.splitlines()
     assert lines[0].split() == ["candidate", "mean", "return", "std", "mean", "length"]
     rows = [line.split() for line in lines[1:5]]
     returns = [float(row[1]) for row in rows]
     assert returns == sorted(returns, reverse=True) and all(1 <= value <= 500 for value in returns)
-    assert "6 candidates x 2 episodes of CartPole-v1" in result.stdout
+    assert "6 candidates x 2 episodes of CartPole-v1" in out
 
 
 # ----------------------------------------------------------------------------------------------------- bench
@@ -461,6 +463,12 @@ def test_errors_reach_the_terminal_as_one_line(tmp_path: pathlib.Path) -> None:
     result = run("train", "ars", "CartPole-v1", "--hyperparams", "bad.yml", cwd=tmp_path)
     assert result.returncode == 1 and result.stdout == ""
     assert result.stderr.startswith("lit-sb3 train: error: bad YAML in bad.yml") and result.stderr.count("\n") == 1
-    result = run("train", "--workers", "two", cwd=tmp_path)
-    assert result.returncode == 2 and result.stderr.count("\n") == 1
-    assert "argument --workers: invalid int value: 'two'" in result.stderr
+
+
+def test_usage_errors_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    status, _, err = call(capsys, "train", "--workers", "two")
+    assert status == 2 and err.count("\n") == 1
+    assert err.startswith("lit-sb3 train: error: argument --workers: invalid int value: 'two'")
+    assert err.endswith("(see lit-sb3 train --help)\n")
+    status, _, err = call(capsys, "fly")
+    assert status == 2 and err.count("\n") == 1 and "invalid choice: 'fly'" in err
