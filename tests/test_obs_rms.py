@@ -134,3 +134,26 @@ def test_normalisation_under_other_wrappers_is_frozen_too(scalar_policy: LinearP
 
 def _wrapped_normalized_env(wrapper: type) -> VecEnv:
     return wrapper(scalar_vec_env(normalize=True, random_length=True))
+
+
+def test_episodes_of_a_dead_worker_are_counted_once_when_rerun(scalar_policy: LinearPolicy, tmp_path: Path) -> None:
+    """A worker killed mid-round loses its unfinished episodes' observations: the merged statistics are those of the
+    undisturbed run, bit for bit."""
+    weights = np.random.default_rng(0).normal(size=(12, 2)).astype(np.float32)
+    weights[7] = 1e6  # drives ScalarEnv's action past its trigger: the worker running it is killed, once
+    marker = tmp_path / "crashed-once"
+    env_fn = functools.partial(
+        scalar_vec_env, normalize=True, random_length=True, trigger=100.0, on_trigger="sigkill", marker=str(marker)
+    )
+    merged = []
+    for _ in range(2):  # the second time the marker exists: no crash
+        with AsyncEval([env_fn] * 2, scalar_policy, n_eval_episodes=2, chunk_size=2) as ae:
+            ae.seed(9)
+            ae.send_jobs(weights, 12)
+            ae.get_results()
+            merged.append(ae.merge_obs_rms())
+            restarts = ae._pool.restarts
+        assert marker.exists() and restarts == (1 if len(merged) == 1 else 0)
+    assert merged[0].count == merged[1].count > 12 * 2
+    np.testing.assert_array_equal(merged[0].mean, merged[1].mean)
+    np.testing.assert_array_equal(merged[0].var, merged[1].var)
