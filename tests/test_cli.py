@@ -22,6 +22,7 @@ import lit_sb3
 from lit_sb3 import ARS
 from lit_sb3.cli import main
 from lit_sb3.cli.hyperparams import load_hyperparams, read_literal
+from lit_sb3.cli.recording import TrainingRecorder
 
 RL_ZOO_ARS = textwrap.dedent(
     """\
@@ -155,6 +156,51 @@ def test_train_shows_a_live_progress_bar(tmp_path: pathlib.Path, monkeypatch: py
     assert re.search(r"[\d.]+k? steps/s", last), last
     assert re.search(r"best \d+\.\d, mean \d+\.\d", last), last
     assert f"best {rounds[-1]['best_return']:.1f}, mean {rounds[-1]['mean_return']:.1f}" in last
+
+
+def test_train_without_matplotlib_keeps_model_and_rounds(
+    capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    status, out, err = call(capsys, *TRAIN, "--save", str(tmp_path / "m"))
+    assert status == 0
+    assert err == (
+        "lit-sb3 train: no learning curve drawn: the learning curve needs matplotlib, which is not installed: "
+        'pip install "lit_sb3[plot]"\n'
+    )
+    assert (tmp_path / "m.zip").is_file() and read_rounds(tmp_path / "m.csv")
+    assert not (tmp_path / "m.png").exists() and "learning curve" not in out
+
+
+def test_interrupted_training_is_saved(
+    capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    record_round = TrainingRecorder._on_rollout_end
+
+    def interrupt_in_round_three(self: TrainingRecorder) -> None:
+        record_round(self)
+        if len(self.rounds) == 3:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(TrainingRecorder, "_on_rollout_end", interrupt_in_round_three)
+    status, out, err = call(
+        capsys,
+        "train",
+        "ars",
+        "CartPole-v1",
+        "--workers",
+        "2",
+        "--total-timesteps",
+        "10000000",
+        "--save",
+        str(tmp_path / "m"),
+    )
+    rounds = read_rounds(tmp_path / "m.csv")
+    assert status == 130 and len(rounds) == 3
+    steps = int(rounds[-1]["env_steps"])
+    assert err == f"lit-sb3 train: interrupted after {steps} env steps; saving\n"
+    assert ARS.load(tmp_path / "m.zip").num_timesteps == steps
+    assert "ARS (interrupted)" in out and (tmp_path / "m.png").is_file()
 
 
 def test_train_results_do_not_depend_on_the_workers(capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path) -> None:

@@ -47,7 +47,9 @@ def add_parser(commands: Any) -> None:
     )
     parser.add_argument("path", nargs="?", metavar="PATH", help="the saved model (.zip)")
     parser.add_argument("env_id", nargs="?", metavar="ENV_ID", help="gymnasium environment id")
-    parser.add_argument("--episodes", type=int, default=None, help="episodes (per candidate); default 10 (3)")
+    parser.add_argument(
+        "--episodes", type=int, default=None, help="episodes (default 10; per candidate with --random-population: 3)"
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the episodes (default: %(default)s)")
     parser.add_argument("--render-video", metavar="DIR", default=None, help="record every episode as MP4 in DIR")
     population = parser.add_argument_group(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import importlib.util
 import os
 import pathlib
 import sys
@@ -145,11 +144,14 @@ def run_train(args: argparse.Namespace) -> None:
     write_rounds_csv(recorder.rounds, csv_path)
     title = f"{algo_class.__name__} on {args.env_id}, seed {args.seed}"
     outputs = [("model", model_path), ("rounds (CSV)", csv_path)]
-    if importlib.util.find_spec("matplotlib") is None:
-        print("lit-sb3 train: no learning curve drawn: pip install matplotlib (or lit_sb3[plot])", file=sys.stderr)
-    elif recorder.rounds:
-        plot_learning_curve(recorder.rounds, png_path, title)
-        outputs.append(("learning curve", png_path))
+    try:
+        require_module("matplotlib", "the learning curve", '"lit_sb3[plot]"')
+    except CliError as error:
+        print(f"lit-sb3 train: no learning curve drawn: {error}", file=sys.stderr)
+    else:
+        if recorder.rounds:
+            plot_learning_curve(recorder.rounds, png_path, title)
+            outputs.append(("learning curve", png_path))
     _print_summary(
         algo=algo_class.__name__, args=args, model=model, recorder=recorder, outputs=outputs, interrupted=interrupted
     )
