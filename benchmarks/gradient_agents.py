@@ -1,0 +1,212 @@
+"""Async episode collection for gradient agents against plain Stable-Baselines3 and async-gym-agents 0.5.0.
+
+Every configuration trains the same algorithm with the same hyper-parameters, in one process, one after the other
+for each seed (so machine load shifts hit all of them alike); the table gives medians over the seeds.
+
+- PPO CartPole-v1, 8 envs, 2048 steps per rollout: env steps/s, and the most async collection can give, total steps
+  / (plain SB3's time in ``train()`` alone); wall time until the mean return of the last 20 episodes reaches 475.
+- PPO on a CartPole that sleeps 2 ms a step (8 envs): env steps/s against ``SubprocVecEnv``.
+- SAC Pendulum-v1, one env, one gradient step per env step: env steps/s and wall time until the mean return of the
+  last 10 episodes reaches -250.
+
+Reference: ``pip install --no-deps async-gym-agents==0.5.0`` in the benchmark's environment (not a dependency of
+lit_sb3); without it its rows are left out. Torch runs one thread everywhere (workers share the cores).
+
+Usage: ``python benchmarks/gradient_agents.py`` (about 40 minutes; ``--quick`` for one seed and small budgets).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium.envs.classic_control import CartPoleEnv
+from stable_baselines3 import PPO, SAC
+from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.monitor import Monitor
+from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
+
+from lit_sb3.agents.async_agent import get_injected_agent
+from lit_sb3.envs.multi_env import IndexableMultiEnv
+
+
+class SleepyCartPole(CartPoleEnv):
+    """CartPole whose every step also waits 2 ms (an environment bound by something else than this CPU)."""
+
+    def step(self, action: Any) -> Any:
+        time.sleep(0.002)
+        return super().step(action)
+
+
+def monitored(env_fn: Callable[[], gym.Env]) -> gym.Env:
+    """:return: The environment in a ``Monitor`` (a module-level function: the reference pickles factories)."""
+    return Monitor(env_fn())
+
+
+@dataclass
+class Run:
+    """What one training run measured."""
+
+    steps: int = 0
+    seconds: float = 0.0
+    train_seconds: float = 0.0
+    seconds_to_threshold: float = float("inf")
+
+    @property
+    def steps_per_second(self) -> float:
+        return self.steps / self.seconds
+
+
+class Watch(BaseCallback):
+    """Records when the mean of the last ``window`` episode returns first reaches ``threshold``."""
+
+    def __init__(self, threshold: float, window: int, started: float, run: Run) -> None:
+        super().__init__()
+        self.threshold, self.window, self.started, self.run = threshold, window, started, run
+
+    def _on_step(self) -> bool:
+        buffer = self.model.ep_info_buffer
+        if self.run.seconds_to_threshold == float("inf") and buffer is not None and len(buffer) >= self.window:
+            returns = [info["r"] for info in list(buffer)[-self.window :]]
+            if np.mean(returns) >= self.threshold:
+                self.run.seconds_to_threshold = time.monotonic() - self.started
+        return True
+
+
+def timed_train(model: BaseAlgorithm, run: Run) -> None:
+    """Wrap ``model.train`` to add its time to ``run.train_seconds``."""
+    train = model.train  # type: ignore[attr-defined]
+
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        started = time.monotonic()
+        train(*args, **kwargs)
+        run.train_seconds += time.monotonic() - started
+
+    model.train = wrapper  # type: ignore[attr-defined]
+
+
+@dataclass
+class Case:
+    """One row group: an algorithm, its environments and the configurations that train it."""
+
+    name: str
+    algorithm: type[BaseAlgorithm]
+    env_fn: Callable[[], gym.Env]
+    n_envs: int
+    kwargs: dict[str, Any]
+    budget: int
+    threshold: float | None
+    window: int
+    results: dict[str, list[Run]] = field(default_factory=dict)
+
+
+def make_model(case: Case, configuration: str, seed: int) -> tuple[BaseAlgorithm, Callable[[], None]]:
+    """:return: The model of a configuration and what releases it."""
+    fns: list[Callable[[], gym.Env]] = [partial(monitored, case.env_fn) for _ in range(case.n_envs)]
+    kwargs = {**case.kwargs, "seed": seed, "verbose": 0}
+    if configuration == "SB3 DummyVecEnv":
+        model = case.algorithm("MlpPolicy", DummyVecEnv(fns), **kwargs)
+        return model, model.env.close  # type: ignore[union-attr]
+    if configuration == "SB3 SubprocVecEnv":
+        model = case.algorithm("MlpPolicy", SubprocVecEnv(fns, start_method="forkserver"), **kwargs)
+        return model, model.env.close  # type: ignore[union-attr]
+    backend, use_mp = configuration.rsplit(" ", 1)[0], configuration.endswith("processes")
+    n_workers = case.n_envs if case.name.startswith("PPO sleepy") else None
+    if backend == "lit_sb3":
+        injected = get_injected_agent(case.algorithm)
+        extra = {"n_workers": n_workers} if n_workers is not None else {}
+        model = injected("MlpPolicy", IndexableMultiEnv(fns), use_mp=use_mp, **extra, **kwargs)
+        return model, model.shutdown
+    from async_gym_agents.agents.async_agent import get_injected_agent as reference_agent
+    from async_gym_agents.envs.multi_env import IndexableMultiEnv as ReferenceMultiEnv
+
+    model = reference_agent(case.algorithm)("MlpPolicy", ReferenceMultiEnv(fns), use_mp=use_mp, **kwargs)
+    return model, model.shutdown
+
+
+def measure(case: Case, configuration: str, seed: int) -> Run:
+    run = Run()
+    model, release = make_model(case, configuration, seed)
+    timed_train(model, run)
+    started = time.monotonic()
+    try:
+        callback = Watch(case.threshold if case.threshold is not None else np.inf, case.window, started, run)
+        model.learn(case.budget, callback=callback)
+        run.seconds = time.monotonic() - started
+        run.steps = model.num_timesteps
+    finally:
+        release()
+    return run
+
+
+def reference_available() -> bool:
+    with contextlib.suppress(ImportError):
+        import async_gym_agents  # noqa: F401
+
+        return True
+    return False
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="one seed, small budgets")
+    parser.add_argument("--seeds", type=int, default=3)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    seeds = [0] if args.quick else list(range(args.seeds))
+    scale = 0.2 if args.quick else 1.0
+    ppo = {"n_steps": 256, "batch_size": 256, "n_epochs": 10, "gae_lambda": 0.8, "gamma": 0.98, "ent_coef": 0.0}
+    cases = [
+        Case("PPO CartPole-v1, 8 envs", PPO, partial(gym.make, "CartPole-v1"), 8, ppo, int(150_000 * scale), 475, 20),
+        Case("PPO sleepy CartPole (2 ms/step), 8 envs", PPO, SleepyCartPole, 8, ppo, int(20_480 * scale), None, 20),
+        Case("SAC Pendulum-v1, 1 env", SAC, partial(gym.make, "Pendulum-v1"), 1,
+             {"learning_rate": 1e-3}, int(12_000 * scale), -250, 10),
+    ]  # fmt: skip
+    ours = ["lit_sb3 threads", "lit_sb3 processes"]
+    reference = ["async-gym-agents threads", "async-gym-agents processes"] if reference_available() else []
+    for seed in seeds:
+        for case in cases:
+            plain = ["SB3 SubprocVecEnv"] if case.name.startswith("PPO sleepy") else ["SB3 DummyVecEnv"]
+            if case.name.startswith("PPO CartPole"):
+                plain.append("SB3 SubprocVecEnv")
+            for configuration in [*plain, *ours, *reference]:
+                run = measure(case, configuration, seed)
+                case.results.setdefault(configuration, []).append(run)
+                print(
+                    f"seed {seed} | {case.name} | {configuration}: {run.steps_per_second:,.0f} steps/s, "
+                    f"to threshold {run.seconds_to_threshold:.1f} s, train {run.train_seconds:.1f} s",
+                    flush=True,
+                )
+    print_table(cases)
+
+
+def print_table(cases: list[Case]) -> None:
+    print("\n| case | configuration | env steps/s | / plain SB3 | time to threshold | limit steps/s |")
+    print("|---|---|---|---|---|---|")
+    for case in cases:
+        plain_name = "SB3 SubprocVecEnv" if case.name.startswith("PPO sleepy") else "SB3 DummyVecEnv"
+        plain = statistics.median(run.steps_per_second for run in case.results[plain_name])
+        limit = statistics.median(run.steps / run.train_seconds for run in case.results[plain_name])
+        for configuration, runs in case.results.items():
+            speed = statistics.median(run.steps_per_second for run in runs)
+            to_threshold = statistics.median(run.seconds_to_threshold for run in runs)
+            reached = sum(run.seconds_to_threshold < float("inf") for run in runs)
+            threshold = f"{to_threshold:.1f} s ({reached}/{len(runs)})" if case.threshold is not None else "-"
+            limit_text = f"{limit:,.0f} ({speed / limit:.2f})" if case.name.startswith("PPO CartPole") else "-"
+            print(
+                f"| {case.name} | {configuration} | {speed:,.0f} | {speed / plain:.2f} | {threshold} | {limit_text} |"
+            )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,375 @@
+"""Drop-in asynchronous episode collection for Stable-Baselines3 gradient agents."""
+
+from __future__ import annotations
+
+import functools
+import time
+from typing import Any, TypeVar
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.buffers import ReplayBuffer
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.noise import ActionNoise
+from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
+from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
+from stable_baselines3.common.type_aliases import RolloutReturn, TrainFreq
+from stable_baselines3.common.utils import should_collect_more_steps
+from stable_baselines3.common.vec_env import VecEnv, VecNormalize
+
+from lit_sb3.agents.collector import AsyncCollector, RolloutSpec, default_workers, final_info
+from lit_sb3.agents.episodes import ActingSpec, EpisodePacket, ObservationNormalization, Progress
+from lit_sb3.checks import check_positive_int
+from lit_sb3.envs.multi_env import IndexableMultiEnv
+
+Algorithm = TypeVar("Algorithm", bound=BaseAlgorithm)
+
+#: Algorithms whose collection needs more than observations and actions (recurrent states, action masks).
+UNSUPPORTED = {
+    "RecurrentPPO": "its LSTM states would have to travel with every episode and be replayed in training",
+    "MaskablePPO": "its action masks come from the environment at every step and are not collected",
+}
+
+
+class _AsyncAgent:
+    """
+    What async collection adds to an algorithm, on- or off-policy: the keywords, the collector, ``shutdown`` and
+    ``get_profiler_report``.
+    """
+
+    env: VecEnv | None
+    policy: Any
+    num_timesteps: int
+    seed: Any
+
+    def __init__(
+        self,
+        policy: Any,
+        env: IndexableMultiEnv | str,
+        *args: Any,
+        use_mp: bool = False,
+        max_episodes_in_buffer: int = 8,
+        queue_put_timeout: float | None = None,
+        n_workers: int | None = None,
+        weight_sync_interval: float = 0.05,
+        max_policy_lag: int | None = None,
+        max_restarts: int = 3,
+        **kwargs: Any,
+    ) -> None:
+        if isinstance(env, str):
+            env = IndexableMultiEnv([functools.partial(gym.make, env)])
+        if env is not None and not isinstance(_multi_env(env), IndexableMultiEnv):
+            raise TypeError(
+                "env must be an IndexableMultiEnv, or a VecNormalize around one (its factories are what the workers "
+                "build), "
+                f"got {type(env).__name__}: use IndexableMultiEnv([partial(gym.make, env_id) for _ in range(n)])"
+            )
+        if not isinstance(use_mp, bool):
+            raise TypeError(f"use_mp must be a bool, got {type(use_mp)!r}")
+        check_positive_int("max_episodes_in_buffer", max_episodes_in_buffer)
+        if n_workers is not None:
+            check_positive_int("n_workers", n_workers)
+        if queue_put_timeout is not None and not (
+            isinstance(queue_put_timeout, int | float) and queue_put_timeout >= 0
+        ):
+            raise ValueError(
+                f"queue_put_timeout must be a non-negative number of seconds or None, got {queue_put_timeout!r}"
+            )
+        if not (isinstance(weight_sync_interval, int | float) and weight_sync_interval >= 0):
+            raise ValueError(
+                f"weight_sync_interval must be a non-negative number of seconds, got {weight_sync_interval!r}"
+            )
+        if max_policy_lag is not None and (
+            isinstance(max_policy_lag, bool) or not isinstance(max_policy_lag, int) or max_policy_lag < 0
+        ):
+            raise ValueError(f"max_policy_lag must be a non-negative int or None, got {max_policy_lag!r}")
+        if not isinstance(max_restarts, int) or isinstance(max_restarts, bool) or max_restarts < 0:
+            raise ValueError(f"max_restarts must be a non-negative int, got {max_restarts!r}")
+        self.use_mp = use_mp
+        self.max_episodes_in_buffer = max_episodes_in_buffer
+        self.queue_put_timeout = queue_put_timeout
+        self.n_workers = n_workers
+        self.weight_sync_interval = weight_sync_interval
+        self.max_policy_lag = max_policy_lag
+        self.max_restarts = max_restarts
+        self._collector: AsyncCollector | None = None
+        self._weights_version = 0
+        self._train_seconds = 0.0
+        self._train_calls = 0
+        super().__init__(policy, env, *args, **kwargs)  # type: ignore[call-arg]
+        if self.env is not None and self.env.observation_space.__class__ not in (spaces.Box, spaces.Discrete):
+            raise ValueError(
+                f"async collection supports Box and Discrete observations, got {self.env.observation_space}"
+            )
+
+    def shutdown(self) -> None:
+        """Stop the collection workers and free their resources (the agent can learn again afterwards)."""
+        if self._collector is not None:
+            self._collector.close()
+            self._collector = None
+
+    def get_profiler_report(self) -> dict[str, Any]:
+        """
+        :return: Sections ``trainer``, ``worker``, ``buffer``, ``transport`` and ``policy``: time spent training and
+            waiting for data, episodes and steps per worker, restarts, the buffer's capacity, what it holds, drops
+            and ``avg_push_wait_seconds``, ``transport.utilization`` (the fraction of bounded episode slots in use
+            now) and the policy lag (mean, p99, max, in weight versions).
+        """
+        collector = self._collector
+        trainer = {
+            "train_calls": self._train_calls,
+            "train_seconds": self._train_seconds,
+            "wait_seconds": collector.trainer_wait_seconds if collector is not None else 0.0,
+            "consumed_steps": collector.consumed_steps if collector is not None else 0,
+            "num_timesteps": self.num_timesteps,
+        }
+        if collector is None:
+            return {"trainer": trainer, "worker": {}, "buffer": {}, "transport": {}, "policy": {}}
+        return {"trainer": trainer, **collector.profile()}
+
+    def _excluded_save_params(self) -> list[str]:
+        # The collection is rebuilt by the next learn(): workers, and the episode under way off-policy.
+        return [*super()._excluded_save_params(), "_collector", "_episode"]  # type: ignore[misc]
+
+    def _timed_train(self, train: Any, *args: Any, **kwargs: Any) -> None:
+        started = time.monotonic()
+        train(*args, **kwargs)
+        self._train_seconds += time.monotonic() - started
+        self._train_calls += 1
+        self._weights_version += 1
+
+    def _start_collector(self, spec: ActingSpec, progress: Progress, rollout: RolloutSpec | None) -> AsyncCollector:
+        if self._collector is None:
+            env = _multi_env(self.env)
+            assert isinstance(env, IndexableMultiEnv)
+            n_workers = self.n_workers if self.n_workers is not None else default_workers(env.num_envs, self.use_mp)
+            self._collector = AsyncCollector(
+                env,
+                self.policy,
+                spec,
+                progress,
+                rollout=rollout,
+                use_mp=self.use_mp,
+                n_workers=n_workers,
+                max_episodes_in_buffer=self.max_episodes_in_buffer,
+                queue_put_timeout=self.queue_put_timeout,
+                weight_sync_interval=self.weight_sync_interval,
+                max_policy_lag=self.max_policy_lag,
+                max_restarts=self.max_restarts,
+                vec_normalize=self.env if isinstance(self.env, VecNormalize) else None,
+            )
+        return self._collector
+
+    def _normalization(self) -> ObservationNormalization | None:
+        env = self.env
+        if isinstance(env, VecNormalize) and env.norm_obs:
+            return ObservationNormalization(env.clip_obs, env.epsilon)
+        return None
+
+    def _base_seed(self) -> int:
+        # Unseeded agents draw it from numpy's global generator, so that set_random_seed makes runs repeatable.
+        return int(self.seed) if self.seed is not None else int(np.random.randint(0, 2**31 - 1))
+
+
+class _AsyncOnPolicy(_AsyncAgent):
+    """Async collection for on-policy algorithms: each rollout is concatenated complete episodes."""
+
+    n_steps: int
+    n_envs: int
+    gamma: float
+    gae_lambda: float
+    device: Any
+    use_sde: bool
+    sde_sample_freq: int
+    rollout_buffer: Any
+    _update_info_buffer: Any
+
+    def collect_rollouts(self, env: VecEnv, callback: BaseCallback, rollout_buffer: Any, n_rollout_steps: int) -> bool:
+        spec = ActingSpec(
+            on_policy=True,
+            gamma=self.gamma,
+            use_sde=self.use_sde,
+            sde_sample_freq=self.sde_sample_freq,
+            base_seed=self._base_seed(),
+            normalization=self._normalization(),
+        )
+        rollout_spec = RolloutSpec(n_rollout_steps * env.num_envs, self.gamma, self.gae_lambda, self.device)
+        collector = self._start_collector(spec, Progress(self.num_timesteps), rollout_spec)
+        collector.sync(self._weights_version, Progress(self.num_timesteps), force=True)
+        callback.on_rollout_start()
+        rollout = collector.next_rollout()
+        self.rollout_buffer = rollout.buffer
+        n_envs = env.num_envs
+        for start in range(0, rollout.length, n_envs):
+            stop = min(start + n_envs, rollout.length)
+            rewards, dones, infos = rollout.rewards[start:stop], rollout.dones[start:stop], rollout.infos[start:stop]
+            new_obs, actions = rollout.new_observations[start:stop], rollout.actions[start:stop]
+            self.num_timesteps += stop - start
+            callback.update_locals(locals())
+            if not callback.on_step():
+                return False
+            self._update_info_buffer(infos, dones)
+        callback.update_locals(locals())
+        callback.on_rollout_end()
+        return True
+
+    def train(self) -> None:
+        self._timed_train(super().train)  # type: ignore[misc]
+
+
+class _AsyncOffPolicy(_AsyncAgent):
+    """Async collection for off-policy algorithms: transitions go into the replay buffer on the trainer thread."""
+
+    learning_starts: int
+    use_sde: bool
+    sde_sample_freq: int
+    use_sde_at_warmup: bool
+    action_noise: ActionNoise | None
+    replay_buffer: ReplayBuffer | None
+    _episode_num: int
+    _total_timesteps: int
+    _update_info_buffer: Any
+    _update_current_progress_remaining: Any
+    _on_step: Any
+    _current_progress_remaining: float
+    dump_logs: Any
+
+    def _setup_model(self) -> None:
+        super()._setup_model()  # type: ignore[misc]
+        replay_buffer = self.replay_buffer
+        if replay_buffer is not None and replay_buffer.n_envs != 1:
+            # Episodes arrive one by one, not in lockstep across environments: one column, one transition at a time.
+            self.replay_buffer = type(replay_buffer)(
+                replay_buffer.buffer_size,
+                replay_buffer.observation_space,
+                replay_buffer.action_space,
+                device=replay_buffer.device,
+                n_envs=1,
+                optimize_memory_usage=replay_buffer.optimize_memory_usage,
+                **getattr(self, "replay_buffer_kwargs", {}),
+            )
+        self._episode: EpisodePacket | None = None
+        self._episode_step = 0
+
+    def collect_rollouts(  # noqa: PLR0917 - Stable-Baselines3's signature
+        self,
+        env: VecEnv,
+        callback: BaseCallback,
+        train_freq: TrainFreq,
+        replay_buffer: ReplayBuffer,
+        action_noise: ActionNoise | None = None,
+        learning_starts: int = 0,
+        log_interval: int | None = None,
+    ) -> RolloutReturn:
+        spec = ActingSpec(
+            on_policy=False,
+            gamma=getattr(self, "gamma", 0.99),
+            learning_starts=learning_starts,
+            use_sde=self.use_sde,
+            sde_sample_freq=self.sde_sample_freq,
+            use_sde_at_warmup=self.use_sde_at_warmup,
+            action_noise=action_noise,
+            epsilon_greedy=hasattr(self, "exploration_rate"),
+            base_seed=self._base_seed(),
+            normalization=self._normalization(),
+        )
+        collector = self._start_collector(spec, self._progress(), None)
+        replay_buffer = self.replay_buffer if self.replay_buffer is not None else replay_buffer
+        n_envs = env.num_envs
+        collected_steps, collected_episodes = 0, 0
+        callback.on_rollout_start()
+        while should_collect_more_steps(train_freq, collected_steps, collected_episodes):
+            collector.sync(self._weights_version, self._progress())
+            transitions = [self._next_transition(collector) for _ in range(n_envs)]
+            rewards = [transition[3] for transition in transitions]
+            dones = [transition[4] for transition in transitions]
+            infos = [transition[5] for transition in transitions]
+            new_obs = [transition[1] for transition in transitions]
+            self.num_timesteps += n_envs
+            collected_steps += 1
+            callback.update_locals(locals())
+            if not callback.on_step():
+                return RolloutReturn(collected_steps * n_envs, collected_episodes, continue_training=False)
+            self._update_info_buffer(infos, dones)
+            for observation, next_observation, action, reward, done, info in transitions:
+                replay_buffer.add(
+                    observation[None], next_observation[None], action[None], reward[None], done[None], [info]
+                )
+            self._update_current_progress_remaining(self.num_timesteps, self._total_timesteps)
+            self._on_step()
+            for done in dones:
+                if done:
+                    collected_episodes += 1
+                    self._episode_num += 1
+                    if log_interval is not None and self._episode_num % log_interval == 0:
+                        self.dump_logs()
+        callback.on_rollout_end()
+        return RolloutReturn(collected_steps * n_envs, collected_episodes, continue_training=True)
+
+    def _progress(self) -> Progress:
+        # DQN's exploration_rate is 0 until its first _on_step(); the schedule tells the rate from the first step on.
+        schedule = getattr(self, "exploration_schedule", None)
+        rate = schedule(self._current_progress_remaining) if schedule is not None else 0.0
+        return Progress(self.num_timesteps, float(rate))
+
+    def _next_transition(self, collector: AsyncCollector) -> tuple[Any, Any, Any, Any, Any, dict[str, Any]]:
+        """:return: The next transition (observation, next observation, action, reward, done, info) of the stream."""
+        if self._episode is None:
+            self._episode = collector.next_episode()
+            self._episode_step = 0
+        episode, step = self._episode, self._episode_step
+        done = step == episode.length - 1
+        info = final_info(episode, collector.started_at) if done else episode.infos[step]
+        if done:
+            self._episode = None
+        self._episode_step += 1
+        observations = episode.observations
+        return (
+            observations[step],
+            observations[step + 1],
+            episode.actions[step],
+            episode.rewards[step],
+            np.bool_(done),
+            info,
+        )
+
+    def train(self, gradient_steps: int, batch_size: int = 100) -> None:
+        self._timed_train(super().train, gradient_steps, batch_size)  # type: ignore[misc]
+
+
+def _multi_env(env: VecEnv | None) -> VecEnv | None:
+    """:return: The environments under a ``VecNormalize`` (the ones workers build)."""
+    return env.venv if isinstance(env, VecNormalize) else env
+
+
+@functools.cache
+def get_injected_agent(algorithm_class: type[Algorithm]) -> type[Algorithm]:
+    """
+    A subclass of a Stable-Baselines3 (or sb3-contrib) algorithm whose episodes are collected asynchronously by a
+    pool of workers (processes with ``use_mp=True``, threads of this process otherwise) while it trains.
+
+    Extra constructor keywords: ``use_mp`` (False: worker threads, as async-gym-agents), ``max_episodes_in_buffer``
+    (finished episodes buffered across all workers; 8 by default), ``queue_put_timeout`` (None: a worker waits for
+    room; a finite timeout drops episodes instead, counted), ``n_workers``, ``weight_sync_interval``,
+    ``max_policy_lag``, ``max_restarts``. Extra methods: ``get_profiler_report()`` and ``shutdown()``. The
+    environment is an :class:`~lit_sb3.envs.multi_env.IndexableMultiEnv` (or a ``VecNormalize`` around one).
+
+    :param algorithm_class: An on-policy (PPO, A2C, TRPO...) or off-policy (SAC, TD3, DDPG, DQN, TQC, QR-DQN...)
+        algorithm class.
+    :return: The injected subclass.
+    """
+    if not (isinstance(algorithm_class, type) and issubclass(algorithm_class, BaseAlgorithm)):
+        raise TypeError(f"get_injected_agent needs a Stable-Baselines3 algorithm class, got {algorithm_class!r}")
+    for base in algorithm_class.__mro__:
+        if base.__name__ in UNSUPPORTED:
+            raise ValueError(f"{base.__name__} is not supported by async collection: {UNSUPPORTED[base.__name__]}")
+    if issubclass(algorithm_class, OnPolicyAlgorithm):
+        injection: type = _AsyncOnPolicy
+    elif issubclass(algorithm_class, OffPolicyAlgorithm):
+        injection = _AsyncOffPolicy
+    else:
+        raise TypeError(f"{algorithm_class.__name__} is neither an on-policy nor an off-policy algorithm")
+    name = f"Async{algorithm_class.__name__}"
+    return type(name, (injection, algorithm_class), {"__module__": __name__, "__doc__": algorithm_class.__doc__})

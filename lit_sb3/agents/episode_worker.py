@@ -1,0 +1,311 @@
+"""The collection worker: runs its environments continuously with its own copy of the policy (in eval mode) and
+hands back every finished episode as a partial result of the environment's streaming task."""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+import torch as th
+from gymnasium import spaces
+from stable_baselines3.common.noise import ActionNoise, VectorizedActionNoise
+from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
+
+from lit_sb3.agents.episodes import ActingSpec, EpisodePacket, Progress, collection_seed
+from lit_sb3.agents.weights import acting_module, load_flat_weights, read_board
+from lit_sb3.workers.app import TaskError, WorkerApp
+from lit_sb3.workers.shared_array import OpenedArrays, SharedArrayHandle
+
+#: Steps an ``advance`` runs at most before the worker reads its messages (weights, cancels, credit).
+STEPS_PER_ADVANCE = 32
+
+
+@dataclass
+class _Running:
+    """One environment's task and its episode under way."""
+
+    request_id: int
+    env_index: int
+    env: gym.Env
+    episode_index: int
+    observation: Any = None
+    rng: np.random.Generator = field(default_factory=np.random.default_rng)
+    noise: ActionNoise | None = None
+    started_at: float = 0.0
+    first_version: int = 0
+    observations: list[Any] = field(default_factory=list)
+    acted_observations: list[Any] = field(default_factory=list)
+    actions: list[Any] = field(default_factory=list)
+    rewards: list[float] = field(default_factory=list)
+    values: list[float] = field(default_factory=list)
+    log_probs: list[float] = field(default_factory=list)
+    infos: list[dict[str, Any]] = field(default_factory=list)
+    random_steps: int = 0
+
+
+class EpisodeWorker(WorkerApp):
+    """
+    Task ``collect(env_index)`` runs environment ``env_index`` episode after episode until cancelled, emitting each
+    finished one as an :class:`~lit_sb3.agents.episodes.EpisodePacket` (unit: its episode index). All environments
+    of the worker step together, with one batched policy call. Immediate control ``sync`` loads new weights and the
+    trainer's progress between two steps.
+
+    :param env_fns: The factories of every environment of the agent (the worker builds those it is given).
+    :param policy: A copy of the trainer's policy.
+    :param spec: How to act.
+    :param board: The shared weight board.
+    :param max_envs: Most environments the worker runs at once.
+    :param progress: The trainer's progress when the worker starts.
+    """
+
+    immediate_methods: ClassVar[frozenset[str]] = frozenset({"sync"})
+    control_methods: ClassVar[frozenset[str]] = frozenset({"sync"})
+    task_methods: ClassVar[frozenset[str]] = frozenset({"collect"})
+
+    def __init__(
+        self,
+        env_fns: Sequence[Callable[[], gym.Env]],
+        policy: BasePolicy,
+        spec: ActingSpec,
+        board: SharedArrayHandle,
+        *,
+        max_envs: int,
+        progress: Progress,
+    ) -> None:
+        super().__init__()
+        self.env_fns = env_fns
+        self.policy = policy.to("cpu")
+        self.policy.set_training_mode(False)
+        self.acting = acting_module(self.policy)
+        self.spec = spec
+        self.max_envs = max_envs
+        self._arrays = OpenedArrays(capacity=1)
+        self._board = self._arrays.get(board)
+        self.version = 0
+        self.progress = progress
+        self._envs: dict[int, gym.Env] = {}
+        self._running: list[_Running] = []
+        self._steps_since_noise = 0
+        if not isinstance(self.policy.action_space, spaces.Box | spaces.Discrete):
+            raise ValueError(f"async collection supports Box and Discrete actions, got {self.policy.action_space}")
+        self.action_space: spaces.Space = self.policy.action_space
+
+    @property
+    def slot_count(self) -> int:
+        return self.max_envs
+
+    def describe(self) -> dict[str, Any]:
+        return {"policy_id": id(self.policy), "policy_training": self.policy.training, "max_envs": self.max_envs}
+
+    # ---------------------------------------------------------------------------------------------- control
+
+    def sync(self, version: int | None, row: int | None, progress: Progress) -> int:
+        """
+        :param version: Version of new weights on the board, or None.
+        :param row: The board row holding them.
+        :param progress: The trainer's progress.
+        :return: The version the worker acts with.
+        """
+        self.progress = progress
+        if version is not None and row is not None and version > self.version:
+            weights = read_board(self._board, row, version)
+            if weights is not None:
+                load_flat_weights(self.acting, weights)
+                self.version = version
+                self._resample_noise()
+        return self.version
+
+    # ------------------------------------------------------------------------------------------------ tasks
+
+    def submit(
+        self, request_id: int, method: str, args: tuple[Any, ...], delivered: frozenset[int] = frozenset()
+    ) -> None:
+        (env_index,) = args
+        if env_index not in self._envs:
+            self._envs[env_index] = self.env_fns[env_index]()
+        running = _Running(request_id, env_index, self._envs[env_index], max(delivered, default=-1) + 1)
+        noise = self.spec.action_noise
+        # Stable-Baselines3 vectorises the noise over its environments; a worker keeps one copy per environment.
+        running.noise = copy.deepcopy(noise.base_noise if isinstance(noise, VectorizedActionNoise) else noise)
+        self._running.append(running)
+        try:
+            self._reset(running)
+        except Exception as exc:
+            raise TaskError(request_id, running.episode_index) from exc
+        self._resample_noise()
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._running)
+
+    def advance(self) -> list[tuple[int, Any]]:
+        for _ in range(STEPS_PER_ADVANCE):
+            if self._step():
+                break
+        return []  # collection tasks never end by themselves: they are cancelled
+
+    def cancel(self, request_ids: tuple[int, ...] | None = None) -> list[int]:
+        dropped = [run.request_id for run in self._running if request_ids is None or run.request_id in request_ids]
+        self._running = [run for run in self._running if run.request_id not in dropped]
+        for slot in range(self.max_envs):
+            self.mark_idle(slot)
+        self._resample_noise()
+        return dropped
+
+    def close(self) -> None:
+        for env in self._envs.values():
+            env.close()
+        self._board = np.empty((0, 0))  # the view goes before its block is closed
+        self._arrays.close()
+
+    # ---------------------------------------------------------------------------------------------- stepping
+
+    def _reset(self, running: _Running) -> None:
+        seed = collection_seed(self.spec.base_seed, running.env_index, running.episode_index, 0)
+        running.rng = np.random.default_rng(
+            collection_seed(self.spec.base_seed, running.env_index, running.episode_index, 1)
+        )
+        running.observation, _ = running.env.reset(seed=seed)
+        running.started_at = time.monotonic()
+        running.first_version = self.version
+        running.observations, running.actions, running.rewards = [running.observation], [], []
+        running.acted_observations = []
+        running.values, running.log_probs, running.infos = [], [], []
+        running.random_steps = 0
+        if running.noise is not None:
+            running.noise.reset()
+        self.mark_started(self._running.index(running), running.episode_index, running.request_id)
+
+    def _resample_noise(self) -> None:
+        if self.spec.use_sde and self._running:
+            self.policy.reset_noise(len(self._running))  # type: ignore[operator]
+            self._steps_since_noise = 0
+
+    def _step(self) -> bool:
+        """One step of every running environment; True if an episode ended."""
+        running = self._running
+        if self.spec.use_sde and self.spec.sde_sample_freq > 0 and self._steps_since_noise >= self.spec.sde_sample_freq:
+            self._resample_noise()
+        self._steps_since_noise += 1
+        observations = np.stack([run.observation for run in running])
+        normalization, obs_rms = self.spec.normalization, self.progress.obs_rms
+        if normalization is not None and obs_rms is not None:
+            observations = normalization.apply(observations, obs_rms)
+            if self.spec.on_policy:
+                for index, run in enumerate(running):
+                    run.acted_observations.append(observations[index])
+        values: np.ndarray | None = None
+        log_probs: np.ndarray | None = None
+        if self.spec.on_policy:
+            env_actions, buffer_actions, values, log_probs = self._act_on_policy(observations)
+        else:
+            env_actions, buffer_actions = self._act_off_policy(observations)
+        ended = False
+        for index, run in enumerate(list(running)):
+            try:
+                observation, reward, terminated, truncated, info = run.env.step(env_actions[index])
+            except Exception as exc:
+                raise TaskError(run.request_id, run.episode_index) from exc
+            run.actions.append(buffer_actions[index])
+            run.rewards.append(float(reward))
+            run.infos.append(info)
+            if values is not None and log_probs is not None:
+                run.values.append(float(values[index]))
+                run.log_probs.append(float(log_probs[index]))
+            run.observations.append(observation)
+            run.observation = observation
+            if terminated or truncated:
+                self._finish(run, bool(terminated), bool(truncated))
+                ended = True
+        return ended
+
+    def _act_on_policy(self, observations: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        policy = self.policy
+        with th.no_grad():
+            obs_tensor = policy.obs_to_tensor(observations)[0]
+            actions_t, values_t, log_probs_t = policy(obs_tensor)
+        actions = actions_t.cpu().numpy()
+        env_actions = actions
+        if isinstance(self.action_space, spaces.Box):
+            env_actions = (
+                policy.unscale_action(actions)
+                if policy.squash_output
+                else np.clip(actions, self.action_space.low, self.action_space.high)
+            )
+        return env_actions, actions, values_t.flatten().numpy(), log_probs_t.numpy()
+
+    def _act_off_policy(self, observations: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        spec, space = self.spec, self.action_space
+        warm_up = self.progress.num_timesteps < spec.learning_starts and not (spec.use_sde and spec.use_sde_at_warmup)
+        if warm_up:
+            actions = np.stack([self._random_action(run.rng) for run in self._running])
+            for run in self._running:
+                run.random_steps += 1
+        else:
+            actions, _ = self.policy.predict(observations, deterministic=False)
+            if spec.epsilon_greedy:
+                for index, run in enumerate(self._running):
+                    if run.rng.random() < self.progress.exploration_rate:
+                        actions[index] = self._random_action(run.rng)
+                        run.random_steps += 1
+        if not isinstance(space, spaces.Box):
+            return actions, actions
+        scaled = self.policy.scale_action(actions)
+        for index, run in enumerate(self._running):
+            if run.noise is not None:
+                scaled[index] = np.clip(scaled[index] + run.noise(), -1, 1)
+        return self.policy.unscale_action(scaled), scaled
+
+    def _random_action(self, rng: np.random.Generator) -> np.ndarray:
+        space = self.action_space
+        if isinstance(space, spaces.Box):
+            return rng.uniform(space.low, space.high).astype(space.dtype)
+        assert isinstance(space, spaces.Discrete)
+        return np.asarray(space.start + rng.integers(space.n), dtype=space.dtype)
+
+    def _finish(self, run: _Running, terminated: bool, truncated: bool) -> None:
+        rewards = np.asarray(run.rewards, dtype=np.float32)
+        train_rewards = rewards
+        terminal_value = 0.0
+        truncated = truncated and not terminated
+        on_policy = self.spec.on_policy
+        if on_policy and truncated:
+            last = run.observation
+            normalization, obs_rms = self.spec.normalization, self.progress.obs_rms
+            if normalization is not None and obs_rms is not None:
+                last = normalization.apply(last, obs_rms)
+            with th.no_grad():
+                assert isinstance(self.policy, ActorCriticPolicy)
+                terminal_value = float(self.policy.predict_values(self.policy.obs_to_tensor(last)[0])[0])
+            train_rewards = rewards.copy()
+            train_rewards[-1] += self.spec.gamma * terminal_value
+        packet = EpisodePacket(
+            env_index=run.env_index,
+            episode_index=run.episode_index,
+            observations=np.stack(run.observations),
+            acted_observations=np.stack(run.acted_observations) if run.acted_observations else None,
+            actions=np.stack(run.actions),
+            rewards=rewards,
+            train_rewards=train_rewards,
+            terminal_value=terminal_value,
+            values=np.asarray(run.values, dtype=np.float32) if on_policy else None,
+            log_probs=np.asarray(run.log_probs, dtype=np.float32) if on_policy else None,
+            terminated=terminated,
+            truncated=truncated,
+            infos=run.infos,
+            random_steps=run.random_steps,
+            first_version=run.first_version,
+            last_version=self.version,
+            seconds=time.monotonic() - run.started_at,
+        )
+        self.emit(run.request_id, run.episode_index, packet)
+        run.episode_index += 1
+        try:
+            self._reset(run)
+        except Exception as exc:
+            raise TaskError(run.request_id, run.episode_index) from exc

@@ -1,0 +1,5 @@
+"""Environments for the async episode collection of gradient agents."""
+
+from lit_sb3.envs.multi_env import IndexableMultiEnv
+
+__all__ = ["IndexableMultiEnv"]

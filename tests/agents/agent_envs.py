@@ -1,0 +1,62 @@
+"""Small environments for the async-collection tests; pickled by value into workers."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from stable_baselines3.common.noise import ActionNoise
+
+
+class OddEnv(gym.Env):
+    """
+    Episodes of ``length`` steps (odd by default), a one-dimensional observation counting the steps and a Box action.
+    ``fail_at`` makes the ``fail_at``-th step of the process raise; ``kill_at`` SIGKILLs the process at that step
+    once (while ``marker`` does not exist).
+    """
+
+    def __init__(self, length: int = 7, fail_at: int = -1, kill_at: int = -1, marker: str | None = None) -> None:
+        self.observation_space = spaces.Box(-10.0, 10.0, shape=(1,), dtype=np.float32)
+        self.action_space = spaces.Box(-2.0, 2.0, shape=(1,), dtype=np.float32)
+        self.length = length
+        self.fail_at = fail_at
+        self.kill_at = kill_at
+        self.marker = marker
+        self.t = 0
+        self.total_steps = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        self.t = 0
+        return np.array([0.0], np.float32), {}
+
+    def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict]:
+        self.t += 1
+        self.total_steps += 1
+        if self.total_steps == self.fail_at:
+            raise RuntimeError("the environment broke on purpose")
+        if self.total_steps == self.kill_at and self.marker is not None and not Path(self.marker).exists():
+            Path(self.marker).touch()
+            os.kill(os.getpid(), signal.SIGKILL)
+        reward = -float(np.square(action).sum())
+        return np.array([self.t], np.float32), reward, False, self.t >= self.length, {"t": self.t}
+
+
+class AlternatingNoise(ActionNoise):
+    """+10, -10, +10... from its last reset: clipped into the scaled action, it shows who calls and resets it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def __call__(self) -> np.ndarray:
+        self.calls += 1
+        return np.array([10.0 if self.calls % 2 else -10.0], np.float32)
+
+    def reset(self) -> None:
+        self.calls = 0

@@ -1,0 +1,178 @@
+"""What an injected collector must get right inside Stable-Baselines3 (each where the reference falls short)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from stable_baselines3 import DQN, PPO, SAC, TD3
+
+from agents.agent_envs import AlternatingNoise, OddEnv
+from agents.helpers import EpisodeRecorder, multi_env
+from lit_sb3.agents.async_agent import get_injected_agent
+from lit_sb3.envs.multi_env import IndexableMultiEnv
+
+
+def test_off_policy_workers_leave_the_warm_up_when_the_trainer_passes_learning_starts() -> None:
+    recorder = EpisodeRecorder()
+    model = get_injected_agent(SAC)(
+        "MlpPolicy", multi_env("Pendulum-v1", 1), use_mp=False, learning_starts=400, max_episodes_in_buffer=1, seed=0
+    )
+    try:
+        model.learn(2400, callback=recorder)
+    finally:
+        model.shutdown()
+    random_steps = [final["collection"]["random_steps"] for final in recorder.finals]
+    assert random_steps[:2] == [200, 200]  # warm-up: uniform random actions
+    assert random_steps[-3:] == [0, 0, 0]  # the workers saw num_timesteps pass learning_starts
+
+
+def test_dqn_workers_explore_with_the_trainers_epsilon() -> None:
+    recorder = EpisodeRecorder()
+    model = get_injected_agent(DQN)(
+        "MlpPolicy",
+        multi_env("CartPole-v1", 2),
+        use_mp=False,
+        learning_starts=0,
+        exploration_fraction=0.4,
+        exploration_final_eps=0.0,
+        max_episodes_in_buffer=2,
+        seed=0,
+    )
+    try:
+        model.learn(5000, callback=recorder)
+    finally:
+        model.shutdown()
+    fractions = [final["collection"]["random_steps"] / final["episode"]["l"] for final in recorder.finals]
+    assert np.mean(fractions[:5]) > 0.8  # epsilon starts at 1
+    assert np.mean(fractions[-5:]) < 0.05  # and reaches 0 at 40% of the run
+
+
+@pytest.mark.parametrize("use_mp", [False, True], ids=["threads", "processes"])
+def test_action_noise_belongs_to_each_environment_and_resets_at_its_episode_ends(use_mp: bool) -> None:
+    env = IndexableMultiEnv([OddEnv for _ in range(3)])
+    model = get_injected_agent(TD3)(
+        "MlpPolicy", env, use_mp=use_mp, n_workers=1, action_noise=AlternatingNoise(), learning_starts=1000, seed=0
+    )
+    try:
+        model.learn(7 * 3 * 4)
+    finally:
+        model.shutdown()
+    assert model.replay_buffer is not None
+    actions = model.replay_buffer.actions[: model.replay_buffer.pos, 0, 0]
+    episodes = actions.reshape(-1, 7)  # whole episodes, one after the other in the buffer
+    assert (episodes == np.array([1, -1, 1, -1, 1, -1, 1], np.float32)).all()
+
+
+def test_gsde_noise_is_resampled_in_the_workers() -> None:
+    recorder = EpisodeRecorder()
+    model = get_injected_agent(PPO)(
+        "MlpPolicy",
+        IndexableMultiEnv([OddEnv]),
+        use_mp=False,
+        use_sde=True,
+        sde_sample_freq=3,
+        n_steps=35,
+        batch_size=35,
+        learning_rate=0.0,
+        seed=0,
+    )
+    first_actions: list[float] = []
+
+    class FirstActions(EpisodeRecorder):
+        def _on_rollout_end(self) -> None:
+            rollout = self.locals["rollout"]
+            first_actions.extend(float(episode.actions[1, 0]) for episode in rollout.episodes)
+
+    try:
+        model.learn(35 * 3, callback=[recorder, FirstActions()])
+    finally:
+        model.shutdown()
+    # Same weights, same second observation: only a resampled exploration matrix changes the action taken there.
+    assert len(first_actions) >= 10 and len(set(first_actions)) > 1
+
+
+def test_workers_act_with_their_own_policy_copies_in_eval_mode() -> None:
+    model = get_injected_agent(PPO)("MlpPolicy", multi_env("CartPole-v1", 2), use_mp=False, n_steps=16, batch_size=32)
+    try:
+        model.learn(64)
+        assert model._collector is not None
+        (description,) = model._collector.pool.descriptions
+        assert description["policy_id"] != id(model.policy)
+        assert description["policy_training"] is False
+    finally:
+        model.shutdown()
+
+
+def test_weights_are_published_only_when_changed_and_at_most_once_per_interval() -> None:
+    model = get_injected_agent(SAC)(
+        "MlpPolicy", multi_env("Pendulum-v1", 1), use_mp=True, learning_starts=100, weight_sync_interval=0.25, seed=0
+    )
+    try:
+        import time
+
+        started = time.monotonic()
+        model.learn(1500)
+        elapsed = time.monotonic() - started
+        report = model.get_profiler_report()
+    finally:
+        model.shutdown()
+    policy = report["policy"]
+    assert report["trainer"]["train_calls"] > 1000  # one gradient step per env step after the warm-up...
+    assert policy["publications"] <= elapsed / 0.25 + 2  # ...but weights travel at most 4 times a second
+    assert policy["publications"] >= 2 and policy["published_version"] > 0
+    assert policy["lag_mean"] > 0 and policy["lag_max"] >= policy["lag_p99"] >= policy["lag_mean"]
+
+
+def test_the_buffer_bound_and_the_put_timeout() -> None:
+    class SlowTrainer(EpisodeRecorder):
+        def _on_rollout_end(self) -> None:
+            import time
+
+            time.sleep(0.3)
+
+    waiting = get_injected_agent(PPO)(
+        "MlpPolicy", multi_env("CartPole-v1", 4), use_mp=False, n_steps=8, batch_size=32, max_episodes_in_buffer=2
+    )
+    dropping = get_injected_agent(PPO)(
+        "MlpPolicy",
+        multi_env("CartPole-v1", 4),
+        use_mp=False,
+        n_steps=8,
+        batch_size=32,
+        max_episodes_in_buffer=2,
+        queue_put_timeout=0.01,
+    )
+    try:
+        waiting.learn(300, callback=SlowTrainer())
+        dropping.learn(300, callback=SlowTrainer())
+        waited, dropped = waiting.get_profiler_report(), dropping.get_profiler_report()
+    finally:
+        waiting.shutdown()
+        dropping.shutdown()
+    assert waited["buffer"]["episodes_dropped"] == 0 and waited["buffer"]["avg_push_wait_seconds"] > 0.01
+    assert dropped["buffer"]["episodes_dropped"] > 0  # counted, and reported
+    for report in (waited, dropped):
+        assert report["buffer"]["buffered_episodes"] <= 2 and 0 <= report["transport"]["utilization"] <= 1
+
+
+@pytest.mark.parametrize("algorithm", [PPO, SAC], ids=lambda cls: cls.__name__)
+def test_vec_normalize_statistics_count_every_collected_observation_once(algorithm: type) -> None:
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    env = VecNormalize(multi_env("Pendulum-v1", 2), gamma=0.99)
+    kwargs = {"n_steps": 64, "batch_size": 64} if algorithm is PPO else {"learning_starts": 100}
+    model = get_injected_agent(algorithm)("MlpPolicy", env, use_mp=True, seed=0, **kwargs)
+    recorder = EpisodeRecorder()
+    try:
+        model.learn(1600, callback=recorder)
+    finally:
+        model.shutdown()
+    # The main process never stepped its own copy of the environments past reset: every count comes from workers.
+    consumed = sum(final["episode"]["l"] for final in recorder.finals)
+    counted = env.obs_rms.count - 2 - 1e-4  # VecNormalize saw the 2 local environments' resets in _setup_learn
+    # On-policy, the next rollout (whole episodes of 200 steps) is assembled, and counted, while this one trains.
+    ahead = 0 if algorithm is SAC else 64 * 2 + 200
+    assert consumed <= counted <= consumed + ahead and counted % 200 == 0
+    assert env.ret_rms.count - 1e-4 == pytest.approx(counted)
+    # Pendulum's observations are cos, sin and angular velocity: the statistics follow them.
+    assert np.all(np.abs(env.obs_rms.mean[:2]) <= 1) and env.obs_rms.var[2] > 0.1
