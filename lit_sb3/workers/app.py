@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -127,6 +128,13 @@ class WorkerApp(ABC):
         """
         self._board_block, self._progress = handle.open()
         self._progress[:, 0] = -1
+
+    def detach_progress(self) -> None:
+        """Stop writing to the progress board and close it (the worker loop does it when the worker ends)."""
+        if self._progress is not None:
+            self._progress = None
+            with contextlib.suppress(BufferError):
+                self._board_block.close()
 
     def mark_started(self, slot: int, unit_index: int, request_id: int, started_at: float | None = None) -> None:
         """

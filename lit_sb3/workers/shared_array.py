@@ -77,7 +77,8 @@ class SharedArray:
         self._release = weakref.finalize(self, _release, block)
 
     def close(self) -> None:
-        """Release and unlink the block (idempotent)."""
+        """Release and unlink the block (idempotent); :attr:`array` is empty from then on."""
+        self.array = np.empty((0,), dtype=self.dtype)  # the view would keep the block mapped and its file open
         self._release()
 
 
@@ -108,3 +109,11 @@ class OpenedArrays:
                     block.close()
             self._opened[handle] = handle.open()
         return self._opened[handle][1]
+
+    def close(self) -> None:
+        """Close every opened block (the caller drops its views first)."""
+        while self._opened:
+            block, array = self._opened.pop(next(iter(self._opened)))
+            del array
+            with contextlib.suppress(BufferError):
+                block.close()

@@ -61,6 +61,8 @@ def run_worker(channel: Channel, app_factory: bytes) -> None:
         _WorkerLoop(channel, app).run()
     except (EOFError, OSError):
         app.close()  # the pool is gone
+    finally:
+        app.detach_progress()
 
 
 class _WorkerLoop:
