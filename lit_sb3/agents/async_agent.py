@@ -56,6 +56,7 @@ class _AsyncAgent:
         weight_sync_interval: float = 0.05,
         max_policy_lag: int | None = None,
         max_restarts: int = 3,
+        reproducible: bool = False,
         **kwargs: Any,
     ) -> None:
         if isinstance(env, str):
@@ -94,15 +95,28 @@ class _AsyncAgent:
         self.weight_sync_interval = weight_sync_interval
         self.max_policy_lag = max_policy_lag
         self.max_restarts = max_restarts
+        self.reproducible = reproducible
         self._collector: AsyncCollector | None = None
         self._weights_version = 0
         self._train_seconds = 0.0
         self._train_calls = 0
         super().__init__(policy, env, *args, **kwargs)  # type: ignore[call-arg]
+        if reproducible:
+            self._check_reproducible()
         if self.env is not None and self.env.observation_space.__class__ not in (spaces.Box, spaces.Discrete):
             raise ValueError(
                 f"async collection supports Box and Discrete observations, got {self.env.observation_space}"
             )
+
+    def _check_reproducible(self) -> None:
+        if not isinstance(self, OnPolicyAlgorithm):
+            raise ValueError("reproducible=True is for on-policy algorithms (rollouts one weight version behind)")
+        if self.seed is None:
+            raise ValueError("reproducible=True needs a seed: two runs are identical for the same seed")
+        if isinstance(self.env, VecNormalize):
+            raise ValueError("reproducible=True does not support VecNormalize yet (its statistics follow timing)")
+        if getattr(self, "use_sde", False):
+            raise ValueError("reproducible=True does not support gSDE (its noise is sampled per batch)")
 
     def shutdown(self) -> None:
         """Stop the collection workers and free their resources (the agent can learn again afterwards)."""
@@ -194,6 +208,7 @@ class _AsyncOnPolicy(_AsyncAgent):
             sde_sample_freq=self.sde_sample_freq,
             base_seed=self._base_seed(),
             normalization=self._normalization(),
+            lockstep_steps=n_rollout_steps if self.reproducible else None,
         )
         rollout_spec = RolloutSpec(n_rollout_steps * env.num_envs, self.gamma, self.gae_lambda, self.device)
         collector = self._start_collector(spec, Progress(self.num_timesteps), rollout_spec)
@@ -353,7 +368,9 @@ def get_injected_agent(algorithm_class: type[Algorithm]) -> type[Algorithm]:
     Extra constructor keywords: ``use_mp`` (False: worker threads, as async-gym-agents), ``max_episodes_in_buffer``
     (finished episodes buffered across all workers; 8 by default), ``queue_put_timeout`` (None: a worker waits for
     room; a finite timeout drops episodes instead, counted), ``n_workers``, ``weight_sync_interval``,
-    ``max_policy_lag``, ``max_restarts``. Extra methods: ``get_profiler_report()`` and ``shutdown()``. The
+    ``max_policy_lag``, ``max_restarts``, ``reproducible`` (on-policy, with a seed: each rollout is acted by exactly
+    the weights one version behind, so two runs give identical weights whatever the timing; see
+    :mod:`lit_sb3.agents.lockstep`). Extra methods: ``get_profiler_report()`` and ``shutdown()``. The
     environment is an :class:`~lit_sb3.envs.multi_env.IndexableMultiEnv` (or a ``VecNormalize`` around one).
 
     :param algorithm_class: An on-policy (PPO, A2C, TRPO...) or off-policy (SAC, TD3, DDPG, DQN, TQC, QR-DQN...)

@@ -25,6 +25,7 @@ from stable_baselines3.common.vec_env import VecNormalize
 
 from lit_sb3.agents.episode_worker import EpisodeWorker
 from lit_sb3.agents.episodes import ActingSpec, EpisodePacket, Progress
+from lit_sb3.agents.lockstep import LockstepEpisodeWorker
 from lit_sb3.agents.weights import WeightBoard, acting_module, flat_weights
 from lit_sb3.envs.multi_env import IndexableMultiEnv
 from lit_sb3.workers.local import LocalBackend
@@ -182,7 +183,10 @@ class AsyncCollector:
             [(index,) for index in range(self.n_envs)],
             labels=[f"env {index}" for index in range(self.n_envs)],
             capacities=[max_envs] * n_workers,
+            # A lockstep environment cannot resume elsewhere: its rollout bookkeeping lived in the dead worker.
+            retry="resume" if spec.lockstep_steps is None else "fail",
         )
+        self.lockstep = spec.lockstep_steps is not None
         self.started_at = time.monotonic()
         self.version = 0  # of the trainer's weights
         self._publications: list[Future] = []
@@ -213,12 +217,15 @@ class AsyncCollector:
         """
         self.raise_failure()
         self.version = version
-        if not (force or self.board.due()):
+        if not (force or self.lockstep or self.board.due()):
             return
         progress = self._with_statistics(progress)
         for future in self._publications:
             if future.done() and future.exception() is not None:
                 raise future.exception()  # type: ignore[misc]
+        if self.lockstep:  # every version reaches the workers: wait until they all read the previous one
+            for future in self._publications:
+                future.result()
         read_by_all = all(future.done() for future in self._publications)
         if version > self.board.version and read_by_all:
             row = self.board.write(version, flat_weights(acting_module(self.policy)))
@@ -321,6 +328,9 @@ class AsyncCollector:
 
     def _assemble(self) -> None:
         try:
+            if self.lockstep:
+                self._assemble_lockstep()
+                return
             gathered: list[EpisodePacket] = []
             steps = 0
             while not self._stopping.is_set():
@@ -350,6 +360,29 @@ class AsyncCollector:
         except BaseException as exc:
             if not self._stopping.is_set():
                 self._error = exc
+
+    def _assemble_lockstep(self) -> None:
+        """Rollout ``r`` is every environment's episodes of rollout ``r``, ordered by environment and episode."""
+        bins: dict[int, list[EpisodePacket]] = {}
+        closed: dict[int, int] = {}
+        next_rollout = 0
+        while not self._stopping.is_set():
+            try:
+                item = self.stream.get(timeout=WAIT_SLICE)
+            except queue.Empty:
+                continue
+            if item is None:
+                return
+            packet: EpisodePacket = item.value
+            self.episodes_per_worker[item.worker_index] += 1
+            self.steps_per_worker[item.worker_index] += packet.length
+            bins.setdefault(packet.rollout_index, []).append(packet)
+            closed[packet.rollout_index] = closed.get(packet.rollout_index, 0) + packet.closes_rollout
+            while closed.get(next_rollout, 0) == self.n_envs:
+                episodes = sorted(bins.pop(next_rollout), key=lambda p: (p.env_index, p.episode_index))
+                del closed[next_rollout]
+                self._hand_over(self._build_rollout(episodes))
+                next_rollout += 1
 
     def _hand_over(self, item: Rollout | EpisodePacket) -> None:
         self._taken.clear()
@@ -457,9 +490,8 @@ class _WorkerFactory:
         self.progress = progress
 
     def __call__(self) -> EpisodeWorker:
-        return EpisodeWorker(
-            self.env_fns, self.policy, self.spec, self.board, max_envs=self.max_envs, progress=self.progress
-        )
+        worker = EpisodeWorker if self.spec.lockstep_steps is None else LockstepEpisodeWorker
+        return worker(self.env_fns, self.policy, self.spec, self.board, max_envs=self.max_envs, progress=self.progress)
 
 
 def policy_copy(policy: BasePolicy) -> BasePolicy:

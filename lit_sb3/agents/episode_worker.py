@@ -26,7 +26,7 @@ STEPS_PER_ADVANCE = 32
 
 
 @dataclass
-class _Running:
+class _Running:  # the lockstep worker also uses rollout, rollout_steps and generator
     """One environment's task and its episode under way."""
 
     request_id: int
@@ -46,6 +46,9 @@ class _Running:
     log_probs: list[float] = field(default_factory=list)
     infos: list[dict[str, Any]] = field(default_factory=list)
     random_steps: int = 0
+    rollout: int = 0
+    rollout_steps: int = 0
+    generator: th.Generator | None = None
 
 
 class EpisodeWorker(WorkerApp):
@@ -172,7 +175,7 @@ class EpisodeWorker(WorkerApp):
         )
         running.observation, _ = running.env.reset(seed=seed)
         running.started_at = time.monotonic()
-        running.first_version = self.version
+        running.first_version = self._version_for(running)
         running.observations, running.actions, running.rewards = [running.observation], [], []
         running.acted_observations = []
         running.values, running.log_probs, running.infos = [], [], []
@@ -181,13 +184,25 @@ class EpisodeWorker(WorkerApp):
             running.noise.reset()
         self.mark_started(self._running.index(running), running.episode_index, running.request_id)
 
+    def _policy_for(self, run: _Running) -> BasePolicy:
+        """:return: The policy that acts for ``run`` (overridden by the lockstep worker)."""
+        return self.policy
+
+    def _version_for(self, run: _Running) -> int:
+        """:return: The weight version that acts for ``run``."""
+        return self.version
+
+    def _complete(self, run: _Running, packet: EpisodePacket) -> EpisodePacket:
+        """:return: The packet of ``run``'s finished episode, as it is sent."""
+        return packet
+
     def _resample_noise(self) -> None:
         if self.spec.use_sde and self._running:
             self.policy.reset_noise(len(self._running))  # type: ignore[operator]
             self._steps_since_noise = 0
 
     def _step(self) -> bool:
-        """One step of every running environment; True if an episode ended."""
+        """One step of every running environment; True when the worker loop should run (an episode ended)."""
         running = self._running
         if self.spec.use_sde and self.spec.sde_sample_freq > 0 and self._steps_since_noise >= self.spec.sde_sample_freq:
             self._resample_noise()
@@ -279,9 +294,10 @@ class EpisodeWorker(WorkerApp):
             normalization, obs_rms = self.spec.normalization, self.progress.obs_rms
             if normalization is not None and obs_rms is not None:
                 last = normalization.apply(last, obs_rms)
+            policy = self._policy_for(run)
             with th.no_grad():
-                assert isinstance(self.policy, ActorCriticPolicy)
-                terminal_value = float(self.policy.predict_values(self.policy.obs_to_tensor(last)[0])[0])
+                assert isinstance(policy, ActorCriticPolicy)
+                terminal_value = float(policy.predict_values(policy.obs_to_tensor(last)[0])[0])
             train_rewards = rewards.copy()
             train_rewards[-1] += self.spec.gamma * terminal_value
         packet = EpisodePacket(
@@ -300,10 +316,10 @@ class EpisodeWorker(WorkerApp):
             infos=run.infos,
             random_steps=run.random_steps,
             first_version=run.first_version,
-            last_version=self.version,
+            last_version=self._version_for(run),
             seconds=time.monotonic() - run.started_at,
         )
-        self.emit(run.request_id, run.episode_index, packet)
+        self.emit(run.request_id, run.episode_index, self._complete(run, packet))
         run.episode_index += 1
         try:
             self._reset(run)

@@ -48,6 +48,8 @@ class ActingSpec:
     :param epsilon_greedy: Random actions with probability ``exploration_rate`` (DQN, QR-DQN).
     :param base_seed: Seed of the episodes' resets and of the workers' random actions.
     :param normalization: How the trainer's ``VecNormalize`` normalises observations, if it does.
+    :param lockstep_steps: Reproducible on-policy collection (see :mod:`lit_sb3.agents.lockstep`): each environment's
+        share of a rollout (``n_steps``); None for free-running collection.
     """
 
     on_policy: bool
@@ -60,6 +62,7 @@ class ActingSpec:
     epsilon_greedy: bool = False
     base_seed: int = 0
     normalization: ObservationNormalization | None = None
+    lockstep_steps: int | None = None
 
 
 @dataclass(frozen=True)
@@ -101,6 +104,8 @@ class EpisodePacket:
     :param first_version: Weight version that acted at the first step.
     :param last_version: Weight version that acted at the last step.
     :param seconds: Wall time the episode took in the worker.
+    :param rollout_index: In lockstep (reproducible) collection: the rollout the episode belongs to; else -1.
+    :param closes_rollout: In lockstep collection: whether it is its environment's last episode of the rollout.
     """
 
     env_index: int
@@ -120,6 +125,8 @@ class EpisodePacket:
     first_version: int
     last_version: int
     seconds: float
+    rollout_index: int = -1
+    closes_rollout: bool = False
 
     @property
     def length(self) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 from stable_baselines3 import DQN, PPO, SAC, TD3
 
 from agents.agent_envs import AlternatingNoise, OddEnv
@@ -176,3 +177,41 @@ def test_vec_normalize_statistics_count_every_collected_observation_once(algorit
     assert env.ret_rms.count - 1e-4 == pytest.approx(counted)
     # Pendulum's observations are cos, sin and angular velocity: the statistics follow them.
     assert np.all(np.abs(env.obs_rms.mean[:2]) <= 1) and env.obs_rms.var[2] > 0.1
+
+
+def reproducible_ppo(use_mp: bool, n_workers: int) -> tuple[np.ndarray, dict]:
+    model = get_injected_agent(PPO)(
+        "MlpPolicy",
+        multi_env("CartPole-v1", 3),
+        use_mp=use_mp,
+        n_workers=n_workers,
+        reproducible=True,
+        seed=3,
+        n_steps=64,
+        batch_size=64,
+        n_epochs=2,
+    )
+    try:
+        model.learn(64 * 3 * 6)
+        report = model.get_profiler_report()
+    finally:
+        model.shutdown()
+    parameters = torch.nn.utils.parameters_to_vector(model.policy.parameters()).detach().numpy()
+    return parameters, report
+
+
+def test_reproducible_mode_gives_identical_weights_whatever_the_workers_and_timing() -> None:
+    first, report = reproducible_ppo(use_mp=True, n_workers=2)
+    second, _ = reproducible_ppo(use_mp=True, n_workers=1)
+    third, _ = reproducible_ppo(use_mp=False, n_workers=1)
+    np.testing.assert_array_equal(first, second)
+    np.testing.assert_array_equal(first, third)
+    assert report["policy"]["lag_max"] == 1  # every rollout acted by the weights one version behind
+    assert report["trainer"]["train_calls"] >= 6
+
+
+def test_reproducible_mode_refuses_what_it_cannot_reproduce() -> None:
+    with pytest.raises(ValueError, match="reproducible=True needs a seed"):
+        get_injected_agent(PPO)("MlpPolicy", multi_env("CartPole-v1", 1), reproducible=True)
+    with pytest.raises(ValueError, match="reproducible=True is for on-policy algorithms"):
+        get_injected_agent(SAC)("MlpPolicy", multi_env("Pendulum-v1", 1), reproducible=True, seed=0)

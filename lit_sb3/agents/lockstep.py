@@ -1,0 +1,128 @@
+"""Reproducible on-policy collection: every rollout acted by exactly the weights one version behind the trainer.
+
+Environment ``i``'s episodes are split into rollouts by its own steps: an episode belongs to rollout ``r`` until the
+environment has ``n_steps`` steps in it, and rollout ``r`` is acted by weight version ``max(r - 1, 0)`` (the trainer
+trains on rollout ``r - 1`` while rollout ``r`` is collected, as Cleanba does). A worker keeps the versions its
+environments need, acts for each environment alone (batch composition never changes a result) and samples its
+actions from a generator seeded by the episode. What a rollout holds, the weights that acted and every random draw
+depend on the seed only, never on timing, workers or backend.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import time
+from typing import Any
+
+import numpy as np
+import torch as th
+from gymnasium import spaces
+from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
+
+from lit_sb3.agents.episode_worker import EpisodeWorker, _Running
+from lit_sb3.agents.episodes import EpisodePacket, Progress, collection_seed
+from lit_sb3.agents.weights import load_flat_weights, read_board
+from lit_sb3.workers.app import TaskError
+
+#: Seconds a worker whose environments all wait for weights sleeps before it reads its messages again.
+IDLE_SLEEP = 0.001
+
+
+def required_version(rollout_index: int) -> int:
+    """
+    :param rollout_index: Index of a rollout.
+    :return: The weight version that acts in it.
+    """
+    return max(rollout_index - 1, 0)
+
+
+class LockstepEpisodeWorker(EpisodeWorker):
+    """An :class:`~lit_sb3.agents.episode_worker.EpisodeWorker` for reproducible on-policy collection."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.spec.lockstep_steps is None or not isinstance(self.policy, ActorCriticPolicy):
+            raise ValueError("lockstep collection needs an on-policy actor-critic policy and a rollout size")
+        self.rollout_steps = self.spec.lockstep_steps
+        self._template = copy.deepcopy(self.policy)
+        self._policies: dict[int, BasePolicy] = {0: self.policy}
+
+    def sync(self, version: int | None, row: int | None, progress: Progress) -> int:
+        self.progress = progress
+        if version is not None and row is not None and version not in self._policies:
+            weights = read_board(self._board, row, version)
+            if weights is None:  # the trainer waits for every worker before it writes the next version
+                raise RuntimeError(f"weight version {version} was overwritten before this worker read it")
+            policy = copy.deepcopy(self._template)
+            load_flat_weights(policy, weights)
+            self._policies[version] = policy
+            self.version = max(self._policies)
+            needed = min((required_version(run.rollout) for run in self._running), default=self.version)
+            for old in [old for old in self._policies if old < needed]:
+                del self._policies[old]
+        return self.version
+
+    def _policy_for(self, run: _Running) -> BasePolicy:
+        return self._policies[required_version(run.rollout)]
+
+    def _version_for(self, run: _Running) -> int:
+        return required_version(run.rollout)
+
+    def _reset(self, running: _Running) -> None:
+        super()._reset(running)
+        seed = collection_seed(self.spec.base_seed, running.env_index, running.episode_index, 2)
+        running.generator = th.Generator().manual_seed(seed)
+
+    def _complete(self, run: _Running, packet: EpisodePacket) -> EpisodePacket:
+        closes = run.rollout_steps >= self.rollout_steps
+        packet = dataclasses.replace(packet, rollout_index=run.rollout, closes_rollout=closes)
+        if closes:
+            run.rollout, run.rollout_steps = run.rollout + 1, 0
+        return packet
+
+    def _step(self) -> bool:
+        stepped = ended = False
+        for run in list(self._running):
+            policy = self._policies.get(required_version(run.rollout))
+            if policy is None:
+                continue  # its rollout waits for the weights one version behind the trainer
+            stepped = True
+            env_action, action, value, log_prob = self._act_alone(policy, run)
+            try:
+                observation, reward, terminated, truncated, info = run.env.step(env_action)
+            except Exception as exc:
+                raise TaskError(run.request_id, run.episode_index) from exc
+            run.actions.append(action)
+            run.rewards.append(float(reward))
+            run.infos.append(info)
+            run.values.append(value)
+            run.log_probs.append(log_prob)
+            run.observations.append(observation)
+            run.observation = observation
+            run.rollout_steps += 1
+            if terminated or truncated:
+                self._finish(run, bool(terminated), bool(truncated))
+                ended = True
+        if not stepped:
+            time.sleep(IDLE_SLEEP)
+        return ended or not stepped  # back to the worker loop: deliver the episode, or read the awaited weights
+
+    def _act_alone(self, policy: BasePolicy, run: _Running) -> tuple[np.ndarray, np.ndarray, float, float]:
+        assert isinstance(policy, ActorCriticPolicy) and run.generator is not None
+        with th.no_grad():
+            observation = policy.obs_to_tensor(run.observation)[0]
+            distribution = policy.get_distribution(observation).distribution
+            if isinstance(distribution, th.distributions.Normal):
+                noise = th.randn(distribution.mean.shape, generator=run.generator)
+                action = distribution.mean + distribution.stddev * noise
+            elif isinstance(distribution, th.distributions.Categorical):
+                action = th.multinomial(distribution.probs, 1, generator=run.generator).squeeze(-1)
+            else:
+                raise TypeError(f"lockstep collection samples Gaussian or categorical actions, not {distribution}")
+            values, log_prob, _ = policy.evaluate_actions(observation, action)
+        actions = action.numpy()[0]
+        env_action = actions
+        if isinstance(self.action_space, spaces.Box):
+            env_action = np.clip(actions, self.action_space.low, self.action_space.high)
+        return env_action, actions, float(values.flatten()[0]), float(log_prob.flatten()[0])
