@@ -14,12 +14,16 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 import torch as th
+from stable_baselines3 import PPO, SAC
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.evaluation import evaluate_policy
-from stable_baselines3.common.vec_env import VecNormalize
+from stable_baselines3.common.noise import NormalActionNoise
+from stable_baselines3.common.type_aliases import TrainFreq, TrainFrequencyUnit
+from stable_baselines3.common.vec_env import VecEnv, VecNormalize
 
 import lit_sb3
 from lit_sb3 import ARS
+from lit_sb3.agents.async_agent import get_injected_agent
 from lit_sb3.cli import main
 from lit_sb3.cli.hyperparams import load_hyperparams, read_literal
 from lit_sb3.cli.recording import TrainingRecorder
@@ -66,6 +70,40 @@ RL_ZOO_ARS = textwrap.dedent(
 )
 
 
+#: rl-zoo's ppo.yml entry for CartPole-v1, on a tiny budget (n_steps, batch_size, n_epochs), with normalisation.
+RL_ZOO_PPO = textwrap.dedent(
+    """\
+    CartPole-v1:
+      n_envs: 8
+      n_timesteps: !!float 1e5
+      policy: 'MlpPolicy'
+      n_steps: 32
+      batch_size: 64
+      gae_lambda: 0.8
+      gamma: 0.98
+      n_epochs: 1
+      ent_coef: 0.0
+      learning_rate: lin_0.001
+      clip_range: lin_0.2
+      normalize: true
+    """
+)
+
+#: An rl-zoo style SAC entry (rl-zoo's spellings of action noise and of an episodic train_freq), small and fast.
+SAC_ENTRY = textwrap.dedent(
+    """\
+    Pendulum-v1:
+      learning_starts: 100
+      batch_size: 32
+      train_freq: [1, "episode"]
+      gradient_steps: 4
+      noise_type: 'normal'
+      noise_std: 0.1
+      policy_kwargs: "dict(net_arch=[16])"
+    """
+)
+
+
 def run(*args: str, cwd: pathlib.Path | None = None) -> subprocess.CompletedProcess:
     command = [sys.executable, "-m", "lit_sb3.cli", *args]
     return subprocess.run(command, capture_output=True, text=True, timeout=300, check=False, cwd=cwd)
@@ -80,6 +118,19 @@ def call(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]
         status = exit_.code if isinstance(exit_.code, int) else 1
     captured = capsys.readouterr()
     return status, captured.out, captured.err
+
+
+def evaluate_printed(out: str, episodes: int) -> list[float]:
+    """:return: The returns ``lit-sb3 evaluate`` printed, one per episode."""
+    return [float(line.split()[1]) for line in out.splitlines()[1 : episodes + 1]]
+
+
+def evaluated_returns(policy: th.nn.Module, env: VecEnv, episodes: int, seed: int) -> list[float]:
+    """:return: The deterministic returns of ``policy`` on ``env`` seeded as ``lit-sb3 evaluate`` seeds it."""
+    env.seed(seed)
+    returns, _ = evaluate_policy(policy, env, n_eval_episodes=episodes, return_episode_rewards=True)  # type: ignore[arg-type]
+    env.close()
+    return [round(float(value), 2) for value in returns]  # type: ignore[union-attr]
 
 
 def read_rounds(path: pathlib.Path) -> list[dict[str, float]]:
@@ -284,6 +335,80 @@ def test_train_runs_rl_zoo_halfcheetah_entry(tmp_path: pathlib.Path) -> None:
     assert len(rounds) == 1 and rounds[0]["env_steps"] == 64_000 and rounds[0]["candidates"] == 64
 
 
+def test_train_ppo_with_async_collection(capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path) -> None:
+    (tmp_path / "ppo.yml").write_text(RL_ZOO_PPO)
+    stem = tmp_path / "ppo"
+    status, out, err = call(
+        capsys,
+        *["train", "ppo", "CartPole-v1", "--hyperparams", str(tmp_path / "ppo.yml"), "--n-envs", "2"],
+        *["--workers", "2", "--total-timesteps", "200", "--save", str(stem)],
+    )
+    assert status == 0, err
+    model = PPO.load(stem.with_suffix(".zip"))  # the plain class reads what the injected one saved
+    assert type(get_injected_agent(PPO).load(stem.with_suffix(".zip"))).__name__ == "AsyncPPO"
+    assert (model.n_envs, model.n_steps, model.n_epochs, model.gamma) == (2, 32, 1, 0.98)
+    assert model.learning_rate(1.0) == 0.001 and model.clip_range(0.5) == 0.1  # rl-zoo's lin_ schedules
+    assert model.use_mp and model.n_workers == 2
+    episodes = read_rounds(stem.with_suffix(".csv"))
+    assert [row["episode"] for row in episodes] == list(range(1, len(episodes) + 1))
+    steps = [row["env_steps"] for row in episodes]
+    assert steps == sorted(steps) and steps[-1] == model.num_timesteps >= 200
+    assert all(row["episode_return"] == row["episode_length"] for row in episodes)  # raw rewards: 1 a step
+    assert sum(row["episode_length"] for row in episodes) == model.num_timesteps  # rollouts are whole episodes
+    import matplotlib.image
+
+    image = matplotlib.image.imread(stem.with_suffix(".png"))
+    assert image.ndim == 3 and image.shape[0] > 200 and image.std() > 0
+    assert "PPO (async collection)" in out and "2 worker processes" in out and f"{model.num_timesteps:,}" in out
+    mean = np.mean([row["episode_return"] for row in episodes])
+    assert f"mean return, last {len(episodes)} episodes  {mean:.2f}" in out
+
+    # The normalisation statistics are saved beside the model, and evaluate uses them.
+    statistics = stem.with_name("ppo.vecnormalize.pkl")
+    normalized = VecNormalize.load(str(statistics), make_vec_env("CartPole-v1"))
+    assert normalized.norm_reward and model.num_timesteps <= normalized.obs_rms.count
+    status, out, err = call(capsys, "evaluate", str(stem.with_suffix(".zip")), "CartPole-v1", "--episodes", "2")
+    assert status == 0, err
+    normalized.training, normalized.norm_reward = False, False
+    assert evaluate_printed(out, 2) == evaluated_returns(model.policy, normalized, 2, seed=0)
+
+
+def test_train_sac_on_a_worker_thread(capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path) -> None:
+    (tmp_path / "sac.yml").write_text(SAC_ENTRY)
+    stem = tmp_path / "sac"
+    status, out, err = call(
+        capsys,
+        *["train", "sac", "Pendulum-v1", "--hyperparams", str(tmp_path / "sac.yml"), "--workers", "0"],
+        *["--total-timesteps", "400", "--seed", "2", "--save", str(stem), "--tensorboard-log", str(tmp_path / "tb")],
+    )
+    assert status == 0, err
+    model = SAC.load(stem.with_suffix(".zip"))
+    assert not model.use_mp and model.n_workers == 1 and model.num_timesteps == 400
+    assert model.train_freq == TrainFreq(1, TrainFrequencyUnit.EPISODE) and model.gradient_steps == 4
+    assert isinstance(model.action_noise, NormalActionNoise) and model.policy_kwargs["net_arch"] == [16]
+    episodes = read_rounds(stem.with_suffix(".csv"))
+    assert [row["env_steps"] for row in episodes] == [200, 400]  # Pendulum's episodes end at 200 steps
+    assert all(row["episode_length"] == 200 and -16.3 * 200 <= row["episode_return"] <= 0 for row in episodes)
+    assert "one worker thread of this process" in out and not stem.with_name("sac.vecnormalize.pkl").exists()
+    assert list((tmp_path / "tb").rglob("events.out.tfevents.*"))
+    status, out, err = call(capsys, "evaluate", str(stem), "Pendulum-v1", "--episodes", "1", "--seed", "3")
+    assert status == 0, err
+    assert evaluate_printed(out, 1) == evaluated_returns(model.policy, make_vec_env("Pendulum-v1"), 1, seed=3)
+
+
+def test_rl_zoo_entries_for_gradient_agents(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "ppo.yml").write_text(RL_ZOO_PPO)
+    ppo = load_hyperparams(tmp_path / "ppo.yml", "CartPole-v1", get_injected_agent(PPO), reward_normalization=True)
+    assert (ppo.n_envs, ppo.n_timesteps, ppo.policy) == (8, 100_000, "MlpPolicy")
+    assert ppo.normalize_kwargs == {"norm_obs": True, "norm_reward": True}  # rl-zoo's normalize: true
+    assert ppo.algo_kwargs["clip_range"](1.0) == 0.2 and ppo.algo_kwargs["learning_rate"](0.0) == 0.0
+    (tmp_path / "sac.yml").write_text(SAC_ENTRY + '  normalize: "dict(norm_obs=True)"\n  max_policy_lag: 2\n')
+    sac = load_hyperparams(tmp_path / "sac.yml", "Pendulum-v1", get_injected_agent(SAC), reward_normalization=True)
+    assert sac.action_noise == ("normal", 0.1) and sac.algo_kwargs["train_freq"] == (1, "episode")
+    assert sac.algo_kwargs["max_policy_lag"] == 2  # the async keywords are hyper-parameters too
+    assert sac.normalize_kwargs == {"norm_obs": True, "norm_reward": True}
+
+
 # -------------------------------------------------------------------------------------------------- evaluate
 
 
@@ -378,12 +503,20 @@ BAD_FILES = {
     "unreadable.yml": 'policy_kwargs: "dict(net_arch=[16]"\n',
     "code.yml": "policy_kwargs: \"__import__('os').system('touch hacked')\"\n",
     "list.yml": "- n_delta\n",
+    "ppo_unknown.yml": "n_steps: 8\nn_stepz: 8\n",
+    "ppo_workers.yml": "n_steps: 8\nn_workers: 8\n",
+    "ppo_buffer.yml": "max_episodes_in_buffer: 0\n",
+    "td3_noise.yml": "noise_type: pink\nnoise_std: 0.1\n",
     "not_a_model.zip": "plain text",
 }
 
 TRAIN = ["train", "ars", "CartPole-v1", "--workers", "0", "--total-timesteps", "100"]
 USER_ERRORS = [
-    (["train", "ppo2", "CartPole-v1"], "unknown algorithm 'ppo2' (choose from ars, cem, cmaes, es)"),
+    (
+        ["train", "ppo2", "CartPole-v1"],
+        "unknown algorithm 'ppo2' (choose from ars, cem, cmaes, es, or the gradient agents a2c, ddpg, dqn, ppo, "
+        "qrdqn, sac, td3, tqc, trpo)",
+    ),
     (["train", "ars", "NoSuchEnv-v0"], "unknown environment id 'NoSuchEnv-v0'"),
     (["train", "ars", "CartPole-v9"], "unknown environment id 'CartPole-v9'"),
     (["train", "ars", "no_such_module:Env-v0"], "needs the module 'no_such_module'"),
@@ -398,6 +531,20 @@ USER_ERRORS = [
     ([*TRAIN, "--hyperparams", "list.yml"], "list.yml must hold a mapping"),
     ([*TRAIN, "--workers", "-1"], "--workers must be 0 (this process) or more"),
     ([*TRAIN, "--total-timesteps", "0"], "--total-timesteps must be at least 1"),
+    ([*TRAIN, "--policy", "CnnPolicy"], "--policy must be LinearPolicy or MlpPolicy for ARS, got 'CnnPolicy'"),
+    (["train", "sac", "CartPole-v1", "--workers", "0"], "AsyncSAC cannot train on CartPole-v1: The algorithm only"),
+    (["train", "dqn", "Pendulum-v1", "--workers", "0"], "AsyncDQN cannot train on Pendulum-v1: The algorithm only"),
+    (["train", "ppo", "CartPole-v1", "--n-eval-episodes", "2"], "--n-eval-episodes is for the population methods"),
+    (["train", "ppo", "CartPole-v1", "--hyperparams", "ppo_unknown.yml"], "unknown hyper-parameter 'n_stepz' for"),
+    (["train", "ppo", "CartPole-v1", "--hyperparams", "ppo_workers.yml"], "unknown hyper-parameter 'n_workers'"),
+    (
+        ["train", "ppo", "CartPole-v1", "--hyperparams", "ppo_buffer.yml"],
+        "bad hyper-parameters for AsyncPPO: max_episodes_in_buffer",
+    ),
+    (
+        ["train", "td3", "Pendulum-v1", "--hyperparams", "td3_noise.yml"],
+        "noise_type must be one of normal, ornstein-uhlenbeck, got 'pink'",
+    ),
     (["evaluate", "missing.zip", "CartPole-v1"], "model file 'missing.zip' does not exist"),
     (["evaluate", "not_a_model.zip", "CartPole-v1"], "not_a_model.zip is not a saved model"),
     (["evaluate", "not_a_model.zip"], "give the saved model and the environment"),
@@ -490,6 +637,11 @@ def test_missing_optional_packages_are_named(
     )
     monkeypatch.setitem(sys.modules, "sb3_contrib", None)
     expect_one_line_error(capsys, ["bench"], "lit-sb3 bench needs sb3_contrib, which is not installed")
+    expect_one_line_error(
+        capsys,
+        ["train", "tqc", "Pendulum-v1"],
+        "TQC needs sb3_contrib, which is not installed: pip install sb3-contrib",
+    )
 
 
 def test_bench_without_a_source_checkout(

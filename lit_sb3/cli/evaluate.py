@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import functools
+import inspect
 import pathlib
+import pickle
 import time
 import zipfile
 from typing import Any, cast
@@ -16,6 +18,7 @@ from stable_baselines3.common.evaluation import evaluate_policy
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.running_mean_std import RunningMeanStd
 from stable_baselines3.common.save_util import load_from_zip_file
+from stable_baselines3.common.utils import ConstantSchedule
 from stable_baselines3.common.vec_env import VecEnv, VecNormalize
 
 from lit_sb3 import AsyncEval, LinearPolicy, MlpPolicy
@@ -30,8 +33,10 @@ examples:
   lit-sb3 evaluate runs/ars_cartpole.zip CartPole-v1 --episodes 2 --render-video videos/
   lit-sb3 evaluate --random-population Pendulum-v1 --pop-size 64 --workers 2
 
-A saved model (of lit-sb3 train, or of ARS/ES/CEM/CMAES.save) runs in this process with its saved observation
-statistics; --render-video records every episode with gymnasium's RecordVideo (pip install "lit_sb3[video]").
+A saved model (of lit-sb3 train, of ARS/ES/CEM/CMAES.save, or of any Stable-Baselines3 algorithm's save, with
+or without async collection) runs in this process with its saved observation statistics (in the model, or in
+PATH.vecnormalize.pkl beside it, as lit-sb3 train writes them for a gradient agent); --render-video records
+every episode with gymnasium's RecordVideo (pip install "lit_sb3[video]").
 --random-population evaluates random linear or MLP policies on the worker pool and prints the best.
 """
 
@@ -93,6 +98,8 @@ def run_evaluate(args: argparse.Namespace) -> None:
         if obs_rms is not None:
             env = VecNormalize(env, training=False, norm_obs=True, norm_reward=False)
             env.obs_rms = obs_rms  # type: ignore[assignment]  # a flat-observation RunningMeanStd
+        elif statistics_file(source) is not None:
+            env = _load_statistics(source, env)
         env.seed(args.seed)
         try:
             returns, lengths = cast(
@@ -116,8 +123,8 @@ def run_evaluate(args: argparse.Namespace) -> None:
 
 def load_policy(path: str) -> tuple[pathlib.Path, BasePolicy, RunningMeanStd | None]:
     """
-    :param path: A model saved by a lit_sb3 population method (or any Stable-Baselines3 model with a policy);
-        ``.zip`` may be left out, as Stable-Baselines3's ``load`` allows.
+    :param path: A model saved by a lit_sb3 population method or a Stable-Baselines3 algorithm (also one with async
+        collection); ``.zip`` may be left out, as Stable-Baselines3's ``load`` allows.
     :return: The file, its policy in evaluation mode, and its saved observation statistics (None without
         normalisation).
     :raises CliError: if the file is missing or not a saved model.
@@ -133,10 +140,45 @@ def load_policy(path: str) -> tuple[pathlib.Path, BasePolicy, RunningMeanStd | N
         raise CliError(f"{path} is not a saved model ({' '.join(str(error).split())})") from None
     if data is None or "policy_class" not in data or "policy" not in params:
         raise CliError(f"{path} is not a saved model (no policy in it)")
-    policy = data["policy_class"](data["observation_space"], data["action_space"], **data.get("policy_kwargs", {}))
-    policy.load_state_dict(params["policy"])
+    policy = _build_policy(data)
+    policy.load_state_dict(cast(dict[str, Any], params["policy"]))
     policy.set_training_mode(False)
     return source, policy, data.get("_saved_obs_rms")
+
+
+def _build_policy(data: dict[str, Any]) -> BasePolicy:
+    # As the algorithms' _setup_model build it: the policy needs no algorithm class, so evaluate needs no ALGO.
+    policy_class = data["policy_class"]
+    parameters = inspect.signature(policy_class).parameters
+    arguments = [data["observation_space"], data["action_space"]]
+    if "lr_schedule" in parameters:
+        arguments.append(ConstantSchedule(0.0))  # only the optimiser reads it, and evaluation does not train
+    kwargs = dict(data.get("policy_kwargs", {}))
+    if "use_sde" in parameters and "use_sde" not in kwargs:
+        kwargs["use_sde"] = data.get("use_sde", False)  # on-policy algorithms pass it besides policy_kwargs
+    return policy_class(*arguments, **kwargs)
+
+
+def statistics_file(model_path: pathlib.Path) -> pathlib.Path | None:
+    """
+    :param model_path: A saved model, ``PATH.zip``.
+    :return: ``PATH.vecnormalize.pkl`` if it exists (the ``VecNormalize`` statistics ``lit-sb3 train`` writes for a
+        gradient agent), else None.
+    """
+    path = model_path.with_suffix(".vecnormalize.pkl")
+    return path if path.is_file() else None
+
+
+def _load_statistics(model_path: pathlib.Path, env: VecEnv) -> VecNormalize:
+    path = statistics_file(model_path)
+    assert path is not None
+    try:
+        normalized = VecNormalize.load(str(path), env)
+    except (pickle.UnpicklingError, EOFError, AttributeError, TypeError) as error:
+        raise CliError(f"{path} is not a saved VecNormalize ({' '.join(str(error).split())})") from None
+    normalized.training = False
+    normalized.norm_reward = False  # the returns shown are the environment's
+    return normalized
 
 
 def _evaluation_env(env_id: str, video_folder: str | None, episodes: int) -> VecEnv:

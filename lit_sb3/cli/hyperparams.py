@@ -11,11 +11,13 @@ A file is either rl-zoo's layout, one entry per environment id::
       normalize: "dict(norm_obs=True, norm_reward=False)"
 
 or one entry alone. Besides the algorithm's keyword arguments an entry may hold rl-zoo's ``n_envs``,
-``n_timesteps``, ``policy``, ``normalize`` (true, false, a mapping or a ``dict(...)`` string) and
-``normalize_kwargs``. ``policy_kwargs`` and the other object-valued settings may be written as rl-zoo writes them,
-``"dict(net_arch=[64, 64], activation_fn=nn.Tanh)"``: the text is read as a literal (``dict(...)`` calls, numbers,
-strings, lists, and names under ``nn``, ``th`` or ``torch``), never run. ``"lin_0.02"`` is a schedule falling
-linearly from 0.02 to 0, as in rl-zoo.
+``n_timesteps``, ``policy``, ``normalize`` (true, false, a mapping or a ``dict(...)`` string),
+``normalize_kwargs`` and, for algorithms that take an ``action_noise``, ``noise_type`` (``normal`` or
+``ornstein-uhlenbeck``) and ``noise_std``. ``policy_kwargs`` and the other object-valued settings may be written
+as rl-zoo writes them, ``"dict(net_arch=[64, 64], activation_fn=nn.Tanh)"``: the text is read as a literal
+(``dict(...)`` calls, numbers, strings, lists, and names under ``nn``, ``th`` or ``torch``), never run.
+``"lin_0.02"`` is a schedule falling linearly from 0.02 to 0, and ``train_freq: [1, "episode"]`` the tuple
+Stable-Baselines3 takes, as in rl-zoo.
 """
 
 from __future__ import annotations
@@ -38,8 +40,14 @@ RUN_KEYS = frozenset({"n_envs", "n_timesteps", "policy", "normalize", "normalize
 UNSUPPORTED_KEYS = frozenset(
     {"env_wrapper", "vec_env_wrapper", "frame_stack", "callback", "monitor_kwargs", "n_envs_eval", "eval_env"}
 )
+#: rl-zoo's spelling of ``action_noise``, for algorithms that take one.
+NOISE_KEYS = frozenset({"noise_type", "noise_std"})
+#: rl-zoo's noise types.
+NOISE_TYPES = ("normal", "ornstein-uhlenbeck")
 #: Arguments that ``lit-sb3 train`` sets itself (through its own options).
-CLI_ARGUMENTS = frozenset({"policy", "env", "seed", "tensorboard_log", "verbose", "device", "_init_setup_model"})
+CLI_ARGUMENTS = frozenset(
+    {"policy", "env", "seed", "tensorboard_log", "verbose", "device", "_init_setup_model", "use_mp", "n_workers"}
+)
 #: Settings whose string values are Python literals in rl-zoo files.
 OBJECT_KEYS = frozenset({"policy_kwargs", "normalize", "normalize_kwargs", "optimizer_kwargs", "cma_options"})
 #: Roots of the names an object-valued setting may use.
@@ -56,6 +64,7 @@ class Hyperparams:
     :param n_timesteps: Training budget, if given.
     :param n_envs: Sub-environments per environment, if given.
     :param normalize_kwargs: ``VecNormalize`` arguments if the entry normalises, else None.
+    :param action_noise: rl-zoo's ``(noise_type, noise_std)`` if the entry gives them, else None.
     """
 
     algo_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -63,19 +72,36 @@ class Hyperparams:
     n_timesteps: int | None = None
     n_envs: int | None = None
     normalize_kwargs: dict[str, Any] | None = None
+    action_noise: tuple[str, float] | None = None
 
 
 def algorithm_arguments(algo_class: type) -> list[str]:
-    """:return: The keyword arguments of ``algo_class`` a hyper-parameter file may set."""
-    parameters = inspect.signature(algo_class).parameters
-    return sorted(name for name in parameters if name not in CLI_ARGUMENTS)
+    """
+    :param algo_class: An algorithm class; the ``__init__`` of a subclass that passes ``**kwargs`` on (such as
+        :func:`~lit_sb3.agents.async_agent.get_injected_agent`'s) adds its own keywords to its base's.
+    :return: The keyword arguments of ``algo_class`` a hyper-parameter file may set.
+    """
+    names: set[str] = set()
+    for klass in algo_class.__mro__:
+        if "__init__" not in klass.__dict__:
+            continue
+        parameters = list(inspect.signature(klass.__dict__["__init__"]).parameters.values())[1:]
+        names.update(item.name for item in parameters if item.kind not in {item.VAR_POSITIONAL, item.VAR_KEYWORD})
+        if all(item.kind is not item.VAR_KEYWORD for item in parameters):
+            break
+    return sorted(names - CLI_ARGUMENTS)
 
 
-def load_hyperparams(path: str | pathlib.Path, env_id: str, algo_class: type) -> Hyperparams:
+def load_hyperparams(
+    path: str | pathlib.Path, env_id: str, algo_class: type, *, reward_normalization: bool = False
+) -> Hyperparams:
     """
     :param path: A YAML file, rl-zoo's layout or one entry.
     :param env_id: The environment trained on: its entry is used in rl-zoo's layout.
     :param algo_class: The algorithm, whose arguments an entry may set.
+    :param reward_normalization: Whether ``normalize`` normalises rewards too unless the entry says otherwise
+        (``VecNormalize``'s and rl-zoo's default, right for gradient agents; population methods rank candidates by
+        their raw returns, so they default to False).
     :return: The entry.
     :raises CliError: for a missing or unreadable file, bad YAML, no entry for ``env_id``, an unknown or unsupported
         setting, or a value that cannot be read.
@@ -94,23 +120,29 @@ def load_hyperparams(path: str | pathlib.Path, env_id: str, algo_class: type) ->
     known = algorithm_arguments(algo_class)
     if env_id in document:
         entry = document[env_id]
-    elif any(key in RUN_KEYS or key in known for key in document):
+    elif any(key in RUN_KEYS or key in NOISE_KEYS or key in known for key in document):
         entry = document
     else:
         entries = ", ".join(str(key) for key in document)
         raise CliError(f"{source} has no entry for {env_id} (it has {entries})")
     if not isinstance(entry, dict):
         raise CliError(f"{source}: the entry for {env_id} must be a mapping of hyper-parameters")
-    return _parse_entry(entry, source, algo_class.__name__, known)
+    return _parse_entry(entry, source, algo_class.__name__, known, reward_normalization)
 
 
-def _parse_entry(entry: dict[str, Any], source: pathlib.Path, algo_name: str, known: list[str]) -> Hyperparams:
+def _parse_entry(
+    entry: dict[str, Any], source: pathlib.Path, algo_name: str, known: list[str], reward_normalization: bool
+) -> Hyperparams:
     hyperparams = Hyperparams()
     normalize: Any = False
     normalize_kwargs: dict[str, Any] = {}
+    noise: dict[str, Any] = {}
     for key, raw in entry.items():
         if key in UNSUPPORTED_KEYS:
             raise CliError(f"{source}: {key!r} (an rl-zoo setting) is not supported by lit-sb3 train")
+        if key in NOISE_KEYS and "action_noise" in known:
+            noise[key] = raw
+            continue
         if key not in RUN_KEYS and key not in known:
             raise CliError(f"{source}: unknown hyper-parameter {key!r} for {algo_name} (known: {', '.join(known)})")
         value = _read_value(key, raw, source)
@@ -131,18 +163,30 @@ def _parse_entry(entry: dict[str, Any], source: pathlib.Path, algo_name: str, kn
         else:
             hyperparams.algo_kwargs[key] = value
     if isinstance(normalize, dict):
-        hyperparams.normalize_kwargs = {"norm_reward": False, **normalize, **normalize_kwargs}
+        hyperparams.normalize_kwargs = {"norm_reward": reward_normalization, **normalize, **normalize_kwargs}
     elif normalize is True:
-        # Candidates are ranked by their raw returns, so rewards need no normalisation by default.
-        hyperparams.normalize_kwargs = {"norm_obs": True, "norm_reward": False, **normalize_kwargs}
+        hyperparams.normalize_kwargs = {"norm_obs": True, "norm_reward": reward_normalization, **normalize_kwargs}
     elif normalize not in (False, None):
         raise CliError(
             f"{source}: normalize must be true, false or a dict of VecNormalize arguments, got {normalize!r}"
         )
+    if noise:
+        hyperparams.action_noise = _read_noise(noise, source)
     return hyperparams
 
 
+def _read_noise(noise: dict[str, Any], source: pathlib.Path) -> tuple[str, float]:
+    noise_type, noise_std = noise.get("noise_type"), noise.get("noise_std")
+    if noise_type not in NOISE_TYPES:
+        raise CliError(f"{source}: noise_type must be one of {', '.join(NOISE_TYPES)}, got {noise_type!r}")
+    if not isinstance(noise_std, int | float) or isinstance(noise_std, bool) or noise_std < 0:
+        raise CliError(f"{source}: noise_type needs a noise_std, a non-negative number, got {noise_std!r}")
+    return noise_type, float(noise_std)
+
+
 def _read_value(key: str, value: Any, source: pathlib.Path) -> Any:
+    if key == "train_freq" and isinstance(value, list):
+        return tuple(value)
     if not isinstance(value, str):
         return value
     text = value.strip()

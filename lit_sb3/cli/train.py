@@ -1,4 +1,5 @@
-"""``lit-sb3 train``: a population method on a gymnasium environment, with a progress bar, a CSV and a plot."""
+"""``lit-sb3 train``: a population method, or a gradient agent with async episode collection, on a gymnasium
+environment, with a progress bar, a CSV and a plot."""
 
 from __future__ import annotations
 
@@ -9,10 +10,14 @@ import pathlib
 import sys
 from typing import Any
 
+from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.vec_env import VecNormalize
+
 from lit_sb3 import ARS, CEM, CMAES, ES, AsyncEval
 from lit_sb3.cli.common import CliError, ExampleFormatter, check_env_id, make_env, require_module
+from lit_sb3.cli.gradient import GRADIENT_ALGORITHMS, injected_class, make_action_noise, make_multi_env
 from lit_sb3.cli.hyperparams import Hyperparams, algorithm_arguments, load_hyperparams
-from lit_sb3.cli.recording import TrainingRecorder, plot_learning_curve, write_rounds_csv
+from lit_sb3.cli.recording import EpisodeRecorder, ProgressRecorder, TrainingRecorder
 from lit_sb3.population import PopulationAlgorithm
 
 ALGORITHMS: dict[str, type[PopulationAlgorithm]] = {"ars": ARS, "cem": CEM, "cmaes": CMAES, "es": ES}
@@ -24,10 +29,19 @@ examples:
   lit-sb3 train ars CartPole-v1 --total-timesteps 50000 --save runs/ars_cartpole
   lit-sb3 train cmaes Pendulum-v1 --workers 2 --seed 1 --total-timesteps 200000
   lit-sb3 train ars HalfCheetah-v4 --hyperparams rl-zoo/hyperparams/ars.yml --workers 2
+  lit-sb3 train ppo CartPole-v1 --hyperparams rl-zoo/hyperparams/ppo.yml --workers 2 --save runs/ppo_cartpole
+  lit-sb3 train sac Pendulum-v1 --workers 0 --total-timesteps 20000
 
---workers N evaluates the candidates on N local worker processes; --workers 0 evaluates them in this process.
-The seed fixes the run whatever the number of workers. Writes PATH.zip (the model, with its observation
-statistics), PATH.csv (one row per round) and PATH.png (mean and best return per round against env steps).
+Population methods (ars, es, cem, cmaes): --workers N evaluates the candidates on N local worker processes,
+--workers 0 in this process; the seed fixes the run whatever the number of workers. Writes PATH.zip (the model,
+with its observation statistics), PATH.csv (one row per round) and PATH.png (mean and best return per round
+against env steps).
+
+Gradient agents (a2c, ddpg, dqn, ppo, sac, td3; qrdqn, tqc, trpo with sb3-contrib) train on --n-envs
+environments whose episodes are collected asynchronously while the agent trains: --workers N collects them on N
+worker processes, --workers 0 on one worker thread of this process. Writes PATH.zip, PATH.csv (one row per
+episode), PATH.png (episode returns against env steps) and, with --normalize, PATH.vecnormalize.pkl (the
+VecNormalize statistics).
 """
 
 
@@ -35,19 +49,20 @@ def add_parser(commands: Any) -> None:
     """:param commands: The subparsers of the ``lit-sb3`` parser."""
     parser = commands.add_parser(
         "train",
-        help="train ARS, ES, CEM or CMA-ES on a gymnasium environment",
-        description="Train a population method on a gymnasium environment.",
+        help="train ARS, ES, CEM, CMA-ES or a gradient agent (PPO, SAC...) on a gymnasium environment",
+        description="Train a population method, or a gradient agent with async episode collection, on a gymnasium "
+        "environment.",
         epilog=EXAMPLES,
         formatter_class=ExampleFormatter,
     )
-    parser.add_argument("algo", metavar="ALGO", help=f"one of {', '.join(sorted(ALGORITHMS))}")
+    parser.add_argument("algo", metavar="ALGO", help=f"one of {', '.join(sorted(ALGORITHMS | GRADIENT_ALGORITHMS))}")
     parser.add_argument("env_id", metavar="ENV_ID", help="gymnasium environment id, e.g. CartPole-v1")
     parser.add_argument(
         "--workers",
         type=int,
         default=os.cpu_count() or 1,
-        help="local worker processes evaluating the candidates; 0 evaluates them in this process "
-        "(default: the number of CPUs, %(default)s here)",
+        help="local worker processes evaluating the candidates (or collecting the episodes); 0 evaluates them in "
+        "this process (collects them on one thread) (default: the number of CPUs, %(default)s here)",
     )
     parser.add_argument(
         "--total-timesteps",
@@ -57,18 +72,29 @@ def add_parser(commands: Any) -> None:
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the run (default: %(default)s)")
     parser.add_argument(
-        "--n-eval-episodes", type=int, default=None, help="episodes per candidate (default: the file's, else 1)"
+        "--n-eval-episodes",
+        type=int,
+        default=None,
+        help="episodes per candidate of a population method (default: the file's, else 1)",
     )
     parser.add_argument(
-        "--n-envs", type=int, default=None, help="sub-environments per worker (default: the file's, else 1)"
+        "--n-envs",
+        type=int,
+        default=None,
+        help="sub-environments per worker of a population method (default: the file's, else 1); environments of "
+        "a gradient agent (default: the file's, else one per worker)",
     )
     parser.add_argument(
-        "--policy", choices=POLICIES, default=None, help="policy (default: the file's, else LinearPolicy)"
+        "--policy",
+        default=None,
+        help="policy (default: the file's, else LinearPolicy for population methods and MlpPolicy for gradient "
+        f"agents; population methods take {' or '.join(POLICIES)})",
     )
     parser.add_argument(
         "--normalize",
         action="store_true",
-        help="normalise observations with VecNormalize (ARS V2); saved with the model",
+        help="normalise with VecNormalize: observations for population methods (ARS V2; saved with the model), "
+        "observations and rewards for gradient agents (as rl-zoo's normalize: true; saved in PATH.vecnormalize.pkl)",
     )
     parser.add_argument(
         "--hyperparams", metavar="FILE", default=None, help="YAML hyper-parameters, rl-zoo's layout or one entry"
@@ -84,6 +110,88 @@ def add_parser(commands: Any) -> None:
     parser.set_defaults(run=run_train)
 
 
+class Training:
+    """
+    A model set up by ``lit-sb3 train``, with how it learns, closes and saves.
+
+    :param model: The model.
+    :param recorder: The callback that records its progress.
+    :param label: The algorithm, as the summary names it.
+    :param runs_on: Where its environments run, as the summary says it.
+    """
+
+    #: The summary's label of the workers' part.
+    runs_on_label = "evaluated on"
+
+    def __init__(self, model: BaseAlgorithm, recorder: ProgressRecorder, label: str, runs_on: str) -> None:
+        self.model = model
+        self.recorder = recorder
+        self.label = label
+        self.runs_on = runs_on
+
+    def learn(self, total_timesteps: int) -> None:
+        """:param total_timesteps: The budget in environment steps."""
+        self.model.learn(total_timesteps, callback=self.recorder)
+
+    def close(self) -> None:
+        """Close the environments (and the workers)."""
+        assert self.model.env is not None
+        self.model.env.close()
+
+    def save(self, stem: pathlib.Path) -> list[tuple[str, pathlib.Path]]:
+        """
+        :param stem: The outputs' path without suffix.
+        :return: What was written, as the summary lists it.
+        """
+        model_path = stem.with_name(stem.name + ".zip")
+        self.model.save(model_path)
+        return [("model", model_path)]
+
+
+class PopulationTraining(Training):
+    """A population method, its candidates evaluated in this process or on the worker pool."""
+
+    def __init__(self, model: PopulationAlgorithm, recorder: TrainingRecorder, env_fn: Any, workers: int) -> None:
+        where = "this process" if workers == 0 else f"{workers} local worker processes"
+        super().__init__(model, recorder, type(model).__name__, where)
+        self.population_model = model
+        self.env_fn = env_fn
+        self.workers = workers
+
+    def learn(self, total_timesteps: int) -> None:
+        """:param total_timesteps: The budget in environment steps."""
+        model = self.population_model
+        if self.workers == 0:
+            model.learn(total_timesteps, callback=self.recorder)
+            return
+        with AsyncEval([self.env_fn] * self.workers, model.policy, n_eval_episodes=model.n_eval_episodes) as pool:
+            model.learn(total_timesteps, callback=self.recorder, async_eval=pool)
+
+
+class GradientTraining(Training):
+    """A gradient agent whose episodes are collected asynchronously."""
+
+    runs_on_label = "episodes collected on"
+
+    def close(self) -> None:
+        """Stop the collection workers, close the environments."""
+        self.model.shutdown()  # type: ignore[attr-defined]
+        super().close()
+
+    def save(self, stem: pathlib.Path) -> list[tuple[str, pathlib.Path]]:
+        """
+        :param stem: The outputs' path without suffix.
+        :return: What was written: the model and, with normalisation, the ``VecNormalize`` statistics
+            (``VecNormalize.load`` reads them; Stable-Baselines3 keeps them out of the model file).
+        """
+        outputs = super().save(stem)
+        if isinstance(self.model.env, VecNormalize):
+            statistics_path = stem.with_name(stem.name + ".vecnormalize.pkl")
+            self.model.env.save(str(statistics_path))
+            outputs.append(("normalisation statistics", statistics_path))
+        return outputs
+
+
 def output_stem(save: str | None, algo: str, env_id: str) -> pathlib.Path:
     """:return: The path of the outputs without suffix (``PATH`` of ``PATH.zip``, ``PATH.csv``, ``PATH.png``)."""
     path = pathlib.Path(save) if save is not None else pathlib.Path("runs") / f"{algo}_{env_id.replace('/', '_')}"
@@ -92,14 +200,17 @@ def output_stem(save: str | None, algo: str, env_id: str) -> pathlib.Path:
 
 def run_train(args: argparse.Namespace) -> None:
     """
-    Train, save the model, write the per-round CSV and the learning curve, print a summary.
+    Train, save the model, write the CSV (one row per round or per episode) and the learning curve, print a
+    summary.
 
     :param args: Parsed ``train`` arguments.
     """
     algo_name = args.algo.lower()
-    if algo_name not in ALGORITHMS:
-        raise CliError(f"unknown algorithm {args.algo!r} (choose from {', '.join(sorted(ALGORITHMS))})")
-    algo_class = ALGORITHMS[algo_name]
+    if algo_name not in ALGORITHMS and algo_name not in GRADIENT_ALGORITHMS:
+        raise CliError(
+            f"unknown algorithm {args.algo!r} (choose from {', '.join(sorted(ALGORITHMS))}, or the gradient agents "
+            f"{', '.join(sorted(GRADIENT_ALGORITHMS))})"
+        )
     check_env_id(args.env_id)
     for name in ("total_timesteps", "n_eval_episodes", "n_envs"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
@@ -108,6 +219,45 @@ def run_train(args: argparse.Namespace) -> None:
         raise CliError("--workers must be 0 (this process) or more")
     if args.tensorboard_log is not None:
         require_module("tensorboard", "--tensorboard-log", "tensorboard")
+    if algo_name in GRADIENT_ALGORITHMS:
+        training, total_timesteps = _gradient_training(args, algo_name)
+    else:
+        training, total_timesteps = _population_training(args, algo_name)
+    stem = output_stem(args.save, algo_name, args.env_id)
+
+    interrupted = False
+    try:
+        training.learn(total_timesteps)
+    except KeyboardInterrupt:
+        interrupted = True
+        training.recorder.close()
+        print(f"lit-sb3 train: interrupted after {training.model.num_timesteps} env steps; saving", file=sys.stderr)
+    finally:
+        training.close()
+
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    outputs = training.save(stem)
+    recorder = training.recorder
+    csv_path, png_path = (stem.with_name(stem.name + suffix) for suffix in (".csv", ".png"))
+    recorder.write_csv(csv_path)
+    outputs.append((f"{recorder.unit} (CSV)", csv_path))
+    try:
+        require_module("matplotlib", "the learning curve", '"lit_sb3[plot]"')
+    except CliError as error:
+        print(f"lit-sb3 train: no learning curve drawn: {error}", file=sys.stderr)
+    else:
+        if recorder.records:
+            recorder.plot(png_path, f"{training.label} on {args.env_id}, seed {args.seed}")
+            outputs.append(("learning curve", png_path))
+    _print_summary(training, args, outputs, interrupted)
+    if interrupted:
+        raise SystemExit(130)
+
+
+def _population_training(args: argparse.Namespace, algo_name: str) -> tuple[Training, int]:
+    algo_class = ALGORITHMS[algo_name]
+    if args.policy is not None and args.policy not in POLICIES:
+        raise CliError(f"--policy must be {' or '.join(POLICIES)} for {algo_class.__name__}, got {args.policy!r}")
     hyperparams = load_hyperparams(args.hyperparams, args.env_id, algo_class) if args.hyperparams else Hyperparams()
     algo_kwargs = dict(hyperparams.algo_kwargs)
     if args.n_eval_episodes is not None:
@@ -118,50 +268,52 @@ def run_train(args: argparse.Namespace) -> None:
     policy = args.policy or hyperparams.policy or "LinearPolicy"
     total_timesteps = args.total_timesteps or hyperparams.n_timesteps or DEFAULT_TIMESTEPS
     n_envs = args.n_envs or hyperparams.n_envs or 1
-    stem = output_stem(args.save, algo_name, args.env_id)
-
     env_fn = functools.partial(make_env, args.env_id, n_envs=n_envs, normalize_kwargs=normalize_kwargs)
     model = _build_model(algo_class, policy, env_fn(), args, algo_kwargs)
+    assert isinstance(model, PopulationAlgorithm)
     recorder = TrainingRecorder(total_timesteps, progress_bar=not args.no_progress_bar)
-    interrupted = False
-    try:
-        if args.workers == 0:
-            model.learn(total_timesteps, callback=recorder)
-        else:
-            with AsyncEval([env_fn] * args.workers, model.policy, n_eval_episodes=model.n_eval_episodes) as async_eval:
-                model.learn(total_timesteps, callback=recorder, async_eval=async_eval)
-    except KeyboardInterrupt:
-        interrupted = True
-        recorder.close()
-        print(f"lit-sb3 train: interrupted after {model.num_timesteps} env steps; saving", file=sys.stderr)
-    finally:
-        assert model.env is not None
-        model.env.close()
+    return PopulationTraining(model, recorder, env_fn, args.workers), total_timesteps
 
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    model_path, csv_path, png_path = (stem.with_name(stem.name + suffix) for suffix in (".zip", ".csv", ".png"))
-    model.save(model_path)
-    write_rounds_csv(recorder.rounds, csv_path)
-    title = f"{algo_class.__name__} on {args.env_id}, seed {args.seed}"
-    outputs = [("model", model_path), ("rounds (CSV)", csv_path)]
-    try:
-        require_module("matplotlib", "the learning curve", '"lit_sb3[plot]"')
-    except CliError as error:
-        print(f"lit-sb3 train: no learning curve drawn: {error}", file=sys.stderr)
-    else:
-        if recorder.rounds:
-            plot_learning_curve(recorder.rounds, png_path, title)
-            outputs.append(("learning curve", png_path))
-    _print_summary(
-        algo=algo_class.__name__, args=args, model=model, recorder=recorder, outputs=outputs, interrupted=interrupted
+
+def _gradient_training(args: argparse.Namespace, algo_name: str) -> tuple[Training, int]:
+    if args.n_eval_episodes is not None:
+        raise CliError(f"--n-eval-episodes is for the population methods ({', '.join(sorted(ALGORITHMS))})")
+    algo_class = injected_class(algo_name)
+    hyperparams = (
+        load_hyperparams(args.hyperparams, args.env_id, algo_class, reward_normalization=True)
+        if args.hyperparams
+        else Hyperparams()
     )
-    if interrupted:
-        raise SystemExit(130)
+    normalize_kwargs = hyperparams.normalize_kwargs
+    if args.normalize and normalize_kwargs is None:
+        normalize_kwargs = {"norm_obs": True, "norm_reward": True}
+    total_timesteps = args.total_timesteps or hyperparams.n_timesteps or DEFAULT_TIMESTEPS
+    n_envs = args.n_envs or hyperparams.n_envs or max(args.workers, 1)
+    # Each environment runs in one worker: more workers than environments would idle.
+    n_workers = min(args.workers, n_envs) or 1
+    env = make_multi_env(args.env_id, n_envs, normalize_kwargs)
+    algo_kwargs = {**hyperparams.algo_kwargs, "use_mp": args.workers > 0, "n_workers": n_workers}
+    if hyperparams.action_noise is not None:
+        try:
+            algo_kwargs["action_noise"] = make_action_noise(
+                hyperparams.action_noise, env.action_space, args.hyperparams
+            )
+        except CliError:
+            env.close()
+            raise
+    model = _build_model(algo_class, args.policy or hyperparams.policy or "MlpPolicy", env, args, algo_kwargs)
+    if args.workers == 0:
+        runs_on = "one worker thread of this process"
+    else:
+        runs_on = f"{n_workers} worker process{'es' if n_workers > 1 else ''}"
+    recorder = EpisodeRecorder(total_timesteps, progress_bar=not args.no_progress_bar)
+    label = f"{GRADIENT_ALGORITHMS[algo_name][1]} (async collection)"
+    return GradientTraining(model, recorder, label, runs_on), total_timesteps
 
 
 def _build_model(
-    algo_class: type[PopulationAlgorithm], policy: str, env: Any, args: argparse.Namespace, algo_kwargs: dict[str, Any]
-) -> PopulationAlgorithm:
+    algo_class: type[BaseAlgorithm], policy: str, env: Any, args: argparse.Namespace, algo_kwargs: dict[str, Any]
+) -> BaseAlgorithm:
     try:
         return algo_class(policy, env, seed=args.seed, tensorboard_log=args.tensorboard_log, **algo_kwargs)
     except TypeError as error:
@@ -171,36 +323,27 @@ def _build_model(
     except ValueError as error:
         env.close()
         raise CliError(f"bad hyper-parameters for {algo_class.__name__}: {error}") from None
+    except AssertionError as error:
+        # Stable-Baselines3 checks the spaces an algorithm supports, and some settings, with assertions.
+        env.close()
+        raise CliError(f"{algo_class.__name__} cannot train on {args.env_id}: {' '.join(str(error).split())}") from None
 
 
 def _print_summary(
-    *,
-    algo: str,
-    args: argparse.Namespace,
-    model: PopulationAlgorithm,
-    recorder: TrainingRecorder,
-    outputs: list[tuple[str, pathlib.Path]],
-    interrupted: bool,
+    training: Training, args: argparse.Namespace, outputs: list[tuple[str, pathlib.Path]], interrupted: bool
 ) -> None:
-    rounds = recorder.rounds
-    wall_time = rounds[-1].wall_time_s if rounds else 0.0
-    where = "this process" if args.workers == 0 else f"{args.workers} local worker processes"
+    model, recorder = training.model, training.recorder
+    wall_time = recorder.wall_time_s
     rows = [
-        ["algorithm", algo + (" (interrupted)" if interrupted else "")],
+        ["algorithm", training.label + (" (interrupted)" if interrupted else "")],
         ["environment", args.env_id],
-        ["evaluated on", where],
-        ["rounds", f"{len(rounds)}"],
+        [training.runs_on_label, training.runs_on],
         ["env steps", f"{model.num_timesteps:,}"],
         ["wall time", f"{wall_time:.1f} s"],
         ["env steps/s", f"{model.num_timesteps / max(wall_time, 1e-9):,.0f}"],
+        *recorder.summary_rows(),
+        *([label, str(path)] for label, path in outputs),
     ]
-    if rounds:
-        best_round = max(rounds, key=lambda record: record.mean_return)
-        rows += [
-            ["last round: mean / best return", f"{rounds[-1].mean_return:.2f} / {rounds[-1].best_return:.2f}"],
-            ["best round mean return", f"{best_round.mean_return:.2f} (round {best_round.round})"],
-        ]
-    rows += [[label, str(path)] for label, path in outputs]
     width = max(len(label) for label, _ in rows)
     print()
     for label, value in rows:
