@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import pathlib
 import re
 import subprocess
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
+from stable_baselines3 import PPO
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import VecNormalize
 
@@ -29,6 +31,10 @@ ARGUMENTS = {
     "cmaes_swimmer": ["--total-timesteps", "1", "--pop-size", "4"],
     "ars_halfcheetah": ["--total-timesteps", "1", "--n-delta", "2"],
     "ask_tell_cmaes": ["--rounds", "15"],
+    "async_ppo_cartpole": [
+        *["--total-timesteps", "256", "--n-envs", "2", "--workers", "2", "--n-steps", "64", "--batch-size", "64"],
+        *["--n-epochs", "1", "--eval-episodes", "2"],
+    ],
     "experiment_control": [
         *["--train-timesteps", "1600", "--gravity", "6", "10", "14", "--mass", "0.5", "1.5"],
         *["--seeds", "0", "1", "--episodes", "1"],
@@ -161,3 +167,24 @@ def test_experiment_control_grid(runs: dict[str, Run]) -> None:
     table = run.stdout.splitlines()[2:5]
     assert [line.split()[0] for line in table] == ["6", "10", "14"] and all(len(line.split()) == 3 for line in table)
     assert (run.output_dir / "model.zip").is_file()
+
+
+def test_async_ppo_cartpole_reports_its_workers(runs: dict[str, Run]) -> None:
+    run = finished(runs, "async_ppo_cartpole")
+    rows = progress(run)
+    assert len(rows) >= 2 and rows[-1]["time/total_timesteps"] >= 256
+    # A rollout is whole episodes of at least n_steps * n_envs = 128 steps.
+    steps = [row["time/total_timesteps"] for row in rows]
+    assert all(later - earlier >= 128 for earlier, later in zip([0.0, *steps], steps, strict=False))
+    assert all(8 <= row["rollout/ep_rew_mean"] <= 500 for row in rows)
+    model = PPO.load(run.output_dir / "model.zip")
+    assert model.num_timesteps == steps[-1] and model.n_steps == 64
+    report_text = run.stdout[run.stdout.index("profiler report:\n") + len("profiler report:\n") :]
+    report = json.loads(report_text[: report_text.index("\nfinal policy on")])
+    assert report["transport"]["backend"] == "processes" and report["worker"]["workers"] == 2
+    assert report["trainer"]["consumed_steps"] == report["trainer"]["num_timesteps"] == model.num_timesteps
+    assert report["trainer"]["train_calls"] == len(rows)
+    # Both workers played (one environment each), and together at least what the trainer consumed.
+    assert all(count > 0 for count in report["worker"]["episodes"])
+    assert sum(report["worker"]["steps"]) >= model.num_timesteps and report["worker"]["restarts"] == 0
+    assert 8 <= final_return(run, "CartPole-v1") <= 500
