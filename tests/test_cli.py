@@ -373,9 +373,13 @@ def test_train_ppo_with_async_collection(capsys: pytest.CaptureFixture[str], tmp
     assert evaluate_printed(out, 2) == evaluated_returns(model.policy, normalized, 2, seed=0)
 
 
-def test_train_sac_on_a_worker_thread(capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path) -> None:
+def test_train_sac_on_a_worker_thread(
+    capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (tmp_path / "sac.yml").write_text(SAC_ENTRY)
     stem = tmp_path / "sac"
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
     status, out, err = call(
         capsys,
         *["train", "sac", "Pendulum-v1", "--hyperparams", str(tmp_path / "sac.yml"), "--workers", "0"],
@@ -390,6 +394,11 @@ def test_train_sac_on_a_worker_thread(capsys: pytest.CaptureFixture[str], tmp_pa
     assert [row["env_steps"] for row in episodes] == [200, 400]  # Pendulum's episodes end at 200 steps
     assert all(row["episode_length"] == 200 and -16.3 * 200 <= row["episode_return"] <= 0 for row in episodes)
     assert "one worker thread of this process" in out and not stem.with_name("sac.vecnormalize.pkl").exists()
+    bar = terminal.getvalue().split("\r")[-1]
+    mean = np.mean([row["episode_return"] for row in episodes])
+    assert "100%|" in bar and "400/400 env steps" in bar and re.search(r"[\d.]+ steps/s", bar), bar
+    assert f"mean return {mean:.1f} (2 episodes)" in bar, bar
+    monkeypatch.undo()
     assert list((tmp_path / "tb").rglob("events.out.tfevents.*"))
     status, out, err = call(capsys, "evaluate", str(stem), "Pendulum-v1", "--episodes", "1", "--seed", "3")
     assert status == 0, err

@@ -11,6 +11,7 @@ from lit_sb3.cli.common import CliError, ExampleFormatter, OneLineParser
 EXAMPLES = """\
 examples:
   lit-sb3 train ars CartPole-v1 --total-timesteps 50000 --save runs/ars_cartpole
+  lit-sb3 train ppo CartPole-v1 --workers 2 --total-timesteps 50000 --save runs/ppo_cartpole
   lit-sb3 evaluate runs/ars_cartpole.zip CartPole-v1 --episodes 10
   lit-sb3 evaluate --random-population CartPole-v1 --pop-size 32
   lit-sb3 bench
@@ -23,7 +24,8 @@ def build_parser() -> OneLineParser:
     """:return: The parser of the ``lit-sb3`` command line."""
     parser = OneLineParser(
         prog="lit-sb3",
-        description="Population-based RL on Stable-Baselines3: train ARS, ES, CEM or CMA-ES, evaluate, benchmark.",
+        description="Population-based and asynchronous RL on Stable-Baselines3: train ARS, ES, CEM, CMA-ES or a "
+        "gradient agent with async episode collection, evaluate, benchmark.",
         epilog=EXAMPLES,
         formatter_class=ExampleFormatter,
     )
