@@ -311,9 +311,16 @@ def queue(jobs_file: str, out: str) -> None:
 
 
 def percentiles(values: list[float]) -> tuple[float, float, float]:
-    """:return: The 25th, 50th and 75th percentiles, infinite values (not reached) included."""
-    q25, q50, q75 = np.percentile(np.asarray(values, dtype=np.float64), [25, 50, 75], method="linear")
-    return float(q25), float(q50), float(q75)
+    """
+    :return: The 25th, 50th and 75th percentiles (linear interpolation), runs that never reached the threshold
+        counting as infinite: a percentile that interpolates towards one of them is infinite too.
+    """
+    array = np.asarray(values, dtype=np.float64)
+    largest = float(array[np.isfinite(array)].max(initial=0.0))
+    sentinel = 2.0 * largest + 1.0
+    quartiles = np.percentile(np.where(np.isfinite(array), array, sentinel), [25, 50, 75])
+    q25, q50, q75 = (np.inf if value > largest else float(value) for value in quartiles)
+    return q25, q50, q75
 
 
 def format_quartiles(values: list[float], pattern: str) -> str:
@@ -322,9 +329,9 @@ def format_quartiles(values: list[float], pattern: str) -> str:
     q25, q50, q75 = percentiles(values)
 
     def show(value: float) -> str:
-        return "-" if not np.isfinite(value) else pattern.format(value)
+        return "n/r" if not np.isfinite(value) else pattern.format(value)
 
-    return f"{show(q50)} ({show(q25)}-{show(q75)})"
+    return f"{show(q50)} ({show(q25)} to {show(q75)})"
 
 
 def return_at(curve: list[list[float]], steps: int) -> float | None:
@@ -335,34 +342,68 @@ def return_at(curve: list[list[float]], steps: int) -> float | None:
     return before[-1][2] if before else None
 
 
-def report(runs_file: str) -> None:
-    """Print the markdown table of every (task, configuration) in the log."""
+LABELS = {
+    "ars": "lit_sb3 ARS",
+    "contrib-ars-lit": "sb3-contrib ARS + lit_sb3 AsyncEval",
+    "contrib-ars-own": "sb3-contrib ARS + its AsyncEval",
+    "ars-contrib-merge": "lit_sb3 ARS, sb3-contrib's merge",
+    "ars-inertia-3": "lit_sb3 ARS, merged statistics weigh 3x",
+    "ars-update-every-3": "lit_sb3 ARS, normalization_update_interval=3",
+    "ars-update-every-10": "lit_sb3 ARS, normalization_update_interval=10",
+    "ars-sample-std": "lit_sb3 ARS, sample std",
+    "ars-no-clip": "lit_sb3 ARS, clip_obs=1e6",
+    "cmaes": "lit_sb3 CMAES",
+    "es": "lit_sb3 ES",
+    "cem": "lit_sb3 CEM",
+}
+
+
+def report(runs_file: str, throughput_file: str | None) -> None:
+    """
+    Print the markdown table of every (task, configuration) in the log. With measured throughputs, the last column
+    is the median of each seed's steps to threshold divided by its configuration's training steps per second.
+    """
     with open(runs_file) as file:
         records = [json.loads(line) for line in file if line.strip()]
+    rates: dict[tuple[str, str], float] = {}
+    if throughput_file is not None:
+        with open(throughput_file) as file:
+            for line in file:
+                if line.strip():
+                    measured = json.loads(line)
+                    rates[measured["task"], measured["config"]] = measured["steps_per_second"]
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for record in records:
         groups.setdefault((record["task"], record["config"]), []).append(record)
     print(
-        "| task | configuration | seeds | reached | env steps to threshold, median (IQR) | wall time to threshold "
-        "| train steps/s | return at fixed budget | load |"
+        "| task | configuration | seeds | reached (budget) | env steps to threshold: median (IQR) "
+        "| wall time to threshold in the study: median (IQR) | return at fixed budget (median) "
+        "| train steps/s alone | wall time to threshold at that rate |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
-    for (task_name, config_name), group in sorted(groups.items(), key=lambda item: (item[0][0], item[0][1])):
+    order = list(LABELS)
+    for (task_name, config_name), group in sorted(
+        groups.items(), key=lambda item: (item[0][0], order.index(item[0][1]))
+    ):
         fixed = TASKS[task_name].fixed_budget
         steps = [np.inf if r["steps_to_threshold"] is None else r["steps_to_threshold"] for r in group]
         times = [np.inf if r["time_to_threshold"] is None else r["time_to_threshold"] for r in group]
-        throughput = statistics.median(r["curve"][-1][0] / max(r["curve"][-1][1], 1e-9) for r in group)
         fixed_returns = [value for r in group if (value := return_at(r["curve"], fixed)) is not None]
         reached = sum(r["steps_to_threshold"] is not None for r in group)
         budget = max(r["budget"] for r in group)
-        loads = [value for r in group for value in (r["load_before"], r["load_after"])]
         fixed_text = f"{statistics.median(fixed_returns):.0f} at {fixed / 1e6:g}M" if fixed_returns else ""
+        rate = rates.get((task_name, config_name))
+        rate_text = "" if rate is None else f"{rate:,.0f}"
+        derived = "" if rate is None else format_quartiles([value / rate for value in steps], "{:.0f} s")
         print(
-            f"| {task_name} | {config_name} | {sorted(r['seed'] for r in group)} | {reached}/{len(group)} "
-            f"(budget {budget / 1e6:g}M) | {format_quartiles(steps, '{:,.0f}')} "
-            f"| {format_quartiles(times, '{:.0f} s')} "
-            f"| {throughput:,.0f} | {fixed_text} | {min(loads):.1f}-{max(loads):.1f} |"
+            f"| {task_name} | {LABELS[config_name]} | {len(group)} | {reached}/{len(group)} ({budget / 1e6:g}M) "
+            f"| {format_quartiles(steps, '{:,.0f}')} | {format_quartiles(times, '{:.0f} s')} | {fixed_text} "
+            f"| {rate_text} | {derived} |"
         )
+    loads = [value for r in records for value in (r["load_before"], r["load_after"])]
+    print(
+        f"\n{len(records)} runs, load average {min(loads):.1f}-{max(loads):.1f} (median {statistics.median(loads):.1f})"
+    )
 
 
 def main() -> None:
@@ -384,6 +425,7 @@ def main() -> None:
     throughput_parser.add_argument("--out", required=True)
     report_parser = commands.add_parser("report")
     report_parser.add_argument("runs")
+    report_parser.add_argument("--throughput", help="JSON-lines log of throughput runs")
     args = parser.parse_args()
     if args.command == "run":
         record = run(args.task, args.config, args.seed, args.budget)
@@ -402,7 +444,7 @@ def main() -> None:
     elif args.command == "queue":
         queue(args.jobs, args.out)
     else:
-        report(args.runs)
+        report(args.runs, args.throughput)
 
 
 if __name__ == "__main__":
