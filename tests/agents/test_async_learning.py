@@ -38,9 +38,15 @@ def test_ppo_reaches_475_on_cartpole_with_worker_processes() -> None:
 
 
 def test_sac_reaches_minus_250_on_pendulum_with_worker_threads() -> None:
-    """rl-zoo's Pendulum hyper-parameters for SAC; budget 12k steps."""
+    """rl-zoo's Pendulum hyper-parameters for SAC; budget 12k steps; one finished episode buffered (fresh data)."""
     model = get_injected_agent(SAC)(
-        "MlpPolicy", multi_env("Pendulum-v1", 1), use_mp=False, seed=0, learning_rate=1e-3, learning_starts=200
+        "MlpPolicy",
+        multi_env("Pendulum-v1", 1),
+        use_mp=False,
+        max_episodes_in_buffer=1,
+        seed=0,
+        learning_rate=1e-3,
+        learning_starts=200,
     )
     try:
         model.learn(12_000)
