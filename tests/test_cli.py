@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import Iterator
 
 import numpy as np
@@ -26,7 +27,7 @@ from lit_sb3 import ARS
 from lit_sb3.agents.async_agent import get_injected_agent
 from lit_sb3.cli import main
 from lit_sb3.cli.hyperparams import load_hyperparams, read_literal
-from lit_sb3.cli.recording import TrainingRecorder
+from lit_sb3.cli.recording import EpisodeRecorder, TrainingRecorder
 
 RL_ZOO_ARS = textwrap.dedent(
     """\
@@ -403,6 +404,34 @@ def test_train_sac_on_a_worker_thread(
     status, out, err = call(capsys, "evaluate", str(stem), "Pendulum-v1", "--episodes", "1", "--seed", "3")
     assert status == 0, err
     assert evaluate_printed(out, 1) == evaluated_returns(model.policy, make_vec_env("Pendulum-v1"), 1, seed=3)
+
+
+def test_interrupted_gradient_training_stops_its_workers_and_is_saved(
+    capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    record_rollout = EpisodeRecorder._on_rollout_end
+    rollouts = []
+    threads = set(threading.enumerate())
+
+    def interrupt_in_rollout_two(self: EpisodeRecorder) -> None:
+        record_rollout(self)
+        rollouts.append(self.model)
+        if len(rollouts) == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(EpisodeRecorder, "_on_rollout_end", interrupt_in_rollout_two)
+    (tmp_path / "ppo.yml").write_text("n_steps: 32\nbatch_size: 32\nn_epochs: 1\n")
+    status, out, err = call(
+        capsys,
+        *["train", "ppo", "CartPole-v1", "--hyperparams", str(tmp_path / "ppo.yml"), "--workers", "0"],
+        *["--total-timesteps", "100000", "--save", str(tmp_path / "m"), "--no-progress-bar"],
+    )
+    episodes = read_rounds(tmp_path / "m.csv")
+    steps = int(episodes[-1]["env_steps"])
+    assert status == 130 and err == f"lit-sb3 train: interrupted after {steps} env steps; saving\n"
+    assert PPO.load(tmp_path / "m.zip").num_timesteps == steps >= 64
+    assert set(threading.enumerate()) <= threads  # shut down: the worker thread (and its helpers) are gone
+    assert "PPO (async collection) (interrupted)" in out and (tmp_path / "m.png").is_file()
 
 
 def test_rl_zoo_entries_for_gradient_agents(tmp_path: pathlib.Path) -> None:
