@@ -397,7 +397,7 @@ def test_train_sac_on_a_worker_thread(
     assert "one worker thread of this process" in out and not stem.with_name("sac.vecnormalize.pkl").exists()
     bar = terminal.getvalue().split("\r")[-1]
     mean = np.mean([row["episode_return"] for row in episodes])
-    assert "100%|" in bar and "400/400 env steps" in bar and re.search(r"[\d.]+ steps/s", bar), bar
+    assert "100%|" in bar and "400/400 env steps" in bar and re.search(r"[\d.]+[kM]? steps/s", bar), bar
     assert f"mean return {mean:.1f} (2 episodes)" in bar, bar
     monkeypatch.undo()
     assert list((tmp_path / "tb").rglob("events.out.tfevents.*"))

@@ -219,7 +219,12 @@ class AsyncCollector:
         self.version = version
         if not (force or self.lockstep or self.board.due()):
             return
-        progress = self._with_statistics(progress)
+        # The warm-up ends once learning_starts steps were collected, not once the trainer consumed them: episodes
+        # buffered ahead would otherwise all be random.
+        collected = sum(self.steps_per_worker)
+        progress = self._with_statistics(
+            dataclasses.replace(progress, num_timesteps=max(progress.num_timesteps, collected))
+        )
         for future in self._publications:
             if future.done() and future.exception() is not None:
                 raise future.exception()  # type: ignore[misc]

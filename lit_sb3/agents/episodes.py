@@ -70,7 +70,8 @@ class Progress:
     """
     What workers learn of the trainer besides its weights.
 
-    :param num_timesteps: The trainer's ``num_timesteps`` (ends the warm-up at ``learning_starts``).
+    :param num_timesteps: Steps collected so far (the trainer's ``num_timesteps``, or the steps the collector
+        received if more): the warm-up ends when it reaches ``learning_starts``.
     :param exploration_rate: Epsilon of epsilon-greedy exploration.
     :param obs_rms: The observation statistics of the trainer's ``VecNormalize``, if it normalises observations.
     """
