@@ -82,13 +82,18 @@ def run_script(body: str, *, interrupt_after: str | None = None) -> subprocess.C
     process = subprocess.Popen(
         [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO
     )
-    if interrupt_after is not None:
-        assert process.stdout is not None
-        for line in process.stdout:
-            if interrupt_after in line:
-                break
-        os.kill(process.pid, signal.SIGINT)
-    stdout, stderr = process.communicate(timeout=120)
+    try:
+        if interrupt_after is not None:
+            assert process.stdout is not None
+            for line in process.stdout:
+                if interrupt_after in line:
+                    break
+            os.kill(process.pid, signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=240)
+    finally:
+        if process.poll() is None:  # a hang fails this test only: nothing is left for the next ones
+            process.kill()
+            process.communicate()
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
