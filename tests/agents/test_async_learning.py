@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from stable_baselines3 import PPO, SAC
 from stable_baselines3.common.evaluation import evaluate_policy
 
@@ -9,6 +10,7 @@ from agents.helpers import multi_env
 from lit_sb3.agents.async_agent import get_injected_agent
 
 
+@pytest.mark.timeout(900)  # a real training run: about a minute on a quiet machine, far more on a loaded one
 def test_ppo_reaches_475_on_cartpole_with_worker_processes() -> None:
     """rl-zoo's CartPole hyper-parameters; budget 100k steps; episodes at most 4 weight versions old."""
     model = get_injected_agent(PPO)(
@@ -37,6 +39,7 @@ def test_ppo_reaches_475_on_cartpole_with_worker_processes() -> None:
     assert report["policy"]["lag_max"] <= 4 + 1  # checked when assembled; the rollout then waits one train step
 
 
+@pytest.mark.timeout(900)
 def test_sac_reaches_minus_250_on_pendulum_with_worker_threads() -> None:
     """rl-zoo's Pendulum hyper-parameters for SAC; budget 12k steps; one finished episode buffered (fresh data)."""
     model = get_injected_agent(SAC)(
