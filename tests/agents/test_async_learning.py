@@ -10,7 +10,7 @@ from agents.helpers import multi_env
 from lit_sb3.agents.async_agent import get_injected_agent
 
 
-@pytest.mark.timeout(900)  # a real training run: about a minute on a quiet machine, far more on a loaded one
+@pytest.mark.timeout(900)  # a real training run: far longer on a loaded machine than on a quiet one
 def test_ppo_reaches_475_on_cartpole_with_worker_processes() -> None:
     """rl-zoo's CartPole hyper-parameters; budget 100k steps; episodes at most 4 weight versions old."""
     model = get_injected_agent(PPO)(
