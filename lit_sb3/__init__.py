@@ -1,5 +1,7 @@
 """lit_sb3: population-based and asynchronous reinforcement learning on Stable-Baselines3."""
 
+from lit_sb3.agents.async_agent import get_injected_agent
+from lit_sb3.envs.multi_env import IndexableMultiEnv
 from lit_sb3.evaluation.obs_rms import merge_obs_rms
 from lit_sb3.policies import LinearPolicy, MlpPolicy
 from lit_sb3.population import ARS, CEM, CMAES, ES
@@ -14,11 +16,13 @@ __all__ = [
     "CMAES",
     "ES",
     "AsyncEval",
+    "IndexableMultiEnv",
     "LinearPolicy",
     "MlpPolicy",
     "PoolClosedError",
     "WorkerDiedError",
     "WorkerError",
     "WorkerTimeoutError",
+    "get_injected_agent",
     "merge_obs_rms",
 ]
