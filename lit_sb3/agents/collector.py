@@ -11,7 +11,7 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -338,16 +338,7 @@ class AsyncCollector:
                 return
             gathered: list[EpisodePacket] = []
             steps = 0
-            while not self._stopping.is_set():
-                try:
-                    item = self.stream.get(timeout=WAIT_SLICE)
-                except queue.Empty:
-                    continue
-                if item is None:
-                    return
-                packet: EpisodePacket = item.value
-                self.episodes_per_worker[item.worker_index] += 1
-                self.steps_per_worker[item.worker_index] += packet.length
+            for packet in self._packets():
                 if self.max_policy_lag is not None and self.version - packet.first_version > self.max_policy_lag:
                     self.stale_episodes += 1
                     continue
@@ -371,6 +362,17 @@ class AsyncCollector:
         bins: dict[int, list[EpisodePacket]] = {}
         closed: dict[int, int] = {}
         next_rollout = 0
+        for packet in self._packets():
+            bins.setdefault(packet.rollout_index, []).append(packet)
+            closed[packet.rollout_index] = closed.get(packet.rollout_index, 0) + packet.closes_rollout
+            while closed.get(next_rollout, 0) == self.n_envs:
+                episodes = sorted(bins.pop(next_rollout), key=lambda p: (p.env_index, p.episode_index))
+                del closed[next_rollout]
+                self._hand_over(self._build_rollout(episodes))
+                next_rollout += 1
+
+    def _packets(self) -> Iterator[EpisodePacket]:
+        """The episodes of the stream, counted per worker, until the stream ends or the collector stops."""
         while not self._stopping.is_set():
             try:
                 item = self.stream.get(timeout=WAIT_SLICE)
@@ -381,13 +383,7 @@ class AsyncCollector:
             packet: EpisodePacket = item.value
             self.episodes_per_worker[item.worker_index] += 1
             self.steps_per_worker[item.worker_index] += packet.length
-            bins.setdefault(packet.rollout_index, []).append(packet)
-            closed[packet.rollout_index] = closed.get(packet.rollout_index, 0) + packet.closes_rollout
-            while closed.get(next_rollout, 0) == self.n_envs:
-                episodes = sorted(bins.pop(next_rollout), key=lambda p: (p.env_index, p.episode_index))
-                del closed[next_rollout]
-                self._hand_over(self._build_rollout(episodes))
-                next_rollout += 1
+            yield packet
 
     def _hand_over(self, item: Rollout | EpisodePacket) -> None:
         self._taken.clear()
