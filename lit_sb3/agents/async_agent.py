@@ -155,25 +155,25 @@ class _AsyncAgent:
         self._weights_version += 1
 
     def _start_collector(self, spec: ActingSpec, progress: Progress, rollout: RolloutSpec | None) -> AsyncCollector:
-        if self._collector is None:
-            env = _multi_env(self.env)
-            assert isinstance(env, IndexableMultiEnv)
-            n_workers = self.n_workers if self.n_workers is not None else default_workers(env.num_envs, self.use_mp)
-            self._collector = AsyncCollector(
-                env,
-                self.policy,
-                spec,
-                progress,
-                rollout=rollout,
-                use_mp=self.use_mp,
-                n_workers=n_workers,
-                max_episodes_in_buffer=self.max_episodes_in_buffer,
-                queue_put_timeout=self.queue_put_timeout,
-                weight_sync_interval=self.weight_sync_interval,
-                max_policy_lag=self.max_policy_lag,
-                max_restarts=self.max_restarts,
-                vec_normalize=self.env if isinstance(self.env, VecNormalize) else None,
-            )
+        """Start the collection (kept across ``learn()`` calls until :meth:`shutdown`)."""
+        env = _multi_env(self.env)
+        assert isinstance(env, IndexableMultiEnv)
+        n_workers = self.n_workers if self.n_workers is not None else default_workers(env.num_envs, self.use_mp)
+        self._collector = AsyncCollector(
+            env,
+            self.policy,
+            spec,
+            progress,
+            rollout=rollout,
+            use_mp=self.use_mp,
+            n_workers=n_workers,
+            max_episodes_in_buffer=self.max_episodes_in_buffer,
+            queue_put_timeout=self.queue_put_timeout,
+            weight_sync_interval=self.weight_sync_interval,
+            max_policy_lag=self.max_policy_lag,
+            max_restarts=self.max_restarts,
+            vec_normalize=self.env if isinstance(self.env, VecNormalize) else None,
+        )
         return self._collector
 
     def _normalization(self) -> ObservationNormalization | None:
@@ -201,17 +201,19 @@ class _AsyncOnPolicy(_AsyncAgent):
     _update_info_buffer: Any
 
     def collect_rollouts(self, env: VecEnv, callback: BaseCallback, rollout_buffer: Any, n_rollout_steps: int) -> bool:
-        spec = ActingSpec(
-            on_policy=True,
-            gamma=self.gamma,
-            use_sde=self.use_sde,
-            sde_sample_freq=self.sde_sample_freq,
-            base_seed=self._base_seed(),
-            normalization=self._normalization(),
-            lockstep_steps=n_rollout_steps if self.reproducible else None,
-        )
-        rollout_spec = RolloutSpec(n_rollout_steps * env.num_envs, self.gamma, self.gae_lambda, self.device)
-        collector = self._start_collector(spec, Progress(self.num_timesteps), rollout_spec)
+        collector = self._collector
+        if collector is None:
+            spec = ActingSpec(
+                on_policy=True,
+                gamma=self.gamma,
+                use_sde=self.use_sde,
+                sde_sample_freq=self.sde_sample_freq,
+                base_seed=self._base_seed(),
+                normalization=self._normalization(),
+                lockstep_steps=n_rollout_steps if self.reproducible else None,
+            )
+            rollout_spec = RolloutSpec(n_rollout_steps * env.num_envs, self.gamma, self.gae_lambda, self.device)
+            collector = self._start_collector(spec, Progress(self.num_timesteps), rollout_spec)
         collector.sync(self._weights_version, Progress(self.num_timesteps), force=True)
         callback.on_rollout_start()
         rollout = collector.next_rollout()
@@ -278,19 +280,21 @@ class _AsyncOffPolicy(_AsyncAgent):
         learning_starts: int = 0,
         log_interval: int | None = None,
     ) -> RolloutReturn:
-        spec = ActingSpec(
-            on_policy=False,
-            gamma=getattr(self, "gamma", 0.99),
-            learning_starts=learning_starts,
-            use_sde=self.use_sde,
-            sde_sample_freq=self.sde_sample_freq,
-            use_sde_at_warmup=self.use_sde_at_warmup,
-            action_noise=action_noise,
-            epsilon_greedy=hasattr(self, "exploration_rate"),
-            base_seed=self._base_seed(),
-            normalization=self._normalization(),
-        )
-        collector = self._start_collector(spec, self._progress(), None)
+        collector = self._collector
+        if collector is None:  # built once: this runs every few env steps (unseeded, the seed draw would repeat)
+            spec = ActingSpec(
+                on_policy=False,
+                gamma=getattr(self, "gamma", 0.99),
+                learning_starts=learning_starts,
+                use_sde=self.use_sde,
+                sde_sample_freq=self.sde_sample_freq,
+                use_sde_at_warmup=self.use_sde_at_warmup,
+                action_noise=action_noise,
+                epsilon_greedy=hasattr(self, "exploration_rate"),
+                base_seed=self._base_seed(),
+                normalization=self._normalization(),
+            )
+            collector = self._start_collector(spec, self._progress(), None)
         replay_buffer = self.replay_buffer if self.replay_buffer is not None else replay_buffer
         n_envs = env.num_envs
         collected_steps, collected_episodes = 0, 0
