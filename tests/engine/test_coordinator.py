@@ -1,0 +1,140 @@
+"""AsyncCoordinator: every wait ends after stop(), and notifications are neither lost nor invented."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+from lit_sb3.engine.coordinator import AsyncCoordinator, WakeReason, Wakeup
+
+WAITS = ["wait_for_dataset_ready", "wait_for_update_dataset", "wait_for_sync_weights", "wait_for_weights_updated"]
+#: Which notification wakes each wait.
+NOTIFIER = {
+    "wait_for_dataset_ready": "notify_dataset_ready",
+    "wait_for_update_dataset": "notify_train_step_done",
+    "wait_for_sync_weights": "notify_train_step_done",
+    "wait_for_weights_updated": "notify_weight_update_step_done",
+}
+
+
+def started() -> AsyncCoordinator:
+    coordinator = AsyncCoordinator()
+    coordinator.start()
+    return coordinator
+
+
+@pytest.mark.parametrize("wait", WAITS)
+def test_every_wait_returns_promptly_after_stop_and_says_so(wait: str) -> None:
+    coordinator = started()
+    results: list[Wakeup] = []
+    thread = threading.Thread(target=lambda: results.append(getattr(coordinator, wait)()))
+    thread.start()
+    time.sleep(0.1)
+    assert thread.is_alive()  # no timeout, no signal: it waits
+    stopped_at = time.monotonic()
+    coordinator.stop()
+    thread.join(1)
+    assert not thread.is_alive()
+    assert time.monotonic() - stopped_at < 0.5
+    assert results == [Wakeup(WakeReason.STOPPED, 0)]
+    assert not coordinator.is_running()
+    assert getattr(coordinator, wait)().reason is WakeReason.STOPPED  # and every later wait returns at once
+
+
+@pytest.mark.parametrize("wait", WAITS)
+def test_every_wait_is_woken_by_its_signal_and_times_out_without_it(wait: str) -> None:
+    coordinator = started()
+    started_at = time.monotonic()
+    assert getattr(coordinator, wait)(timeout=0.05) == Wakeup(WakeReason.TIMEOUT, 0)
+    assert time.monotonic() - started_at >= 0.05
+    getattr(coordinator, NOTIFIER[wait])()
+    getattr(coordinator, NOTIFIER[wait])()
+    assert getattr(coordinator, wait)(timeout=5) == Wakeup(WakeReason.EVENT, 2)  # sent before: not lost, coalesced
+    assert not getattr(coordinator, wait)(timeout=0).by_event  # and counted once
+
+
+def test_a_wait_before_start_returns_stopped() -> None:
+    assert AsyncCoordinator().wait_for_dataset_ready().reason is WakeReason.STOPPED
+
+
+def test_train_step_done_wakes_both_the_dataset_and_the_weight_sync_waits() -> None:
+    coordinator = started()
+    coordinator.notify_train_step_done()
+    assert coordinator.wait_for_update_dataset(timeout=1).by_event
+    assert coordinator.wait_for_sync_weights(timeout=1).by_event
+    assert not coordinator.wait_for_dataset_ready(timeout=0).by_event
+    assert not coordinator.wait_for_weights_updated(timeout=0).by_event
+
+
+def test_every_waiting_thread_sees_every_notification_of_many_notifying_threads() -> None:
+    coordinator = started()
+    notifiers, per_notifier, waiters = 8, 500, 6
+    total = notifiers * per_notifier
+    seen = [0] * waiters
+
+    def wait(index: int) -> None:
+        while seen[index] < total:
+            wakeup = coordinator.wait_for_weights_updated(timeout=10)
+            assert wakeup.reason is WakeReason.EVENT
+            seen[index] += wakeup.notifications
+
+    def notify() -> None:
+        for _ in range(per_notifier):
+            coordinator.notify_weight_update_step_done()
+
+    threads = [threading.Thread(target=wait, args=(index,)) for index in range(waiters)]
+    threads += [threading.Thread(target=notify) for _ in range(notifiers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert not any(thread.is_alive() for thread in threads)
+    assert seen == [total] * waiters  # none lost, none invented
+    # A thread that never waited sees them all at once.
+    assert coordinator.wait_for_weights_updated(timeout=0) == Wakeup(WakeReason.EVENT, total)
+
+
+def test_the_engine_cycle_keeps_its_order_under_many_rounds() -> None:
+    """dataset ready -> train step -> weights synced -> next dataset, 2000 times over three threads, in turn."""
+    coordinator = started()
+    rounds = 2000
+    log: list[str] = []
+    lock = threading.Lock()
+
+    def record(event: str) -> None:
+        with lock:
+            log.append(event)
+
+    def loop(wait: Callable[[float | None], Wakeup], act: Callable[[], None], event: str, first: bool) -> None:
+        for index in range(rounds):
+            if index or not first:
+                assert wait(10).by_event
+            record(event)
+            act()
+
+    def sync() -> None:
+        for _ in range(rounds):
+            assert coordinator.wait_for_sync_weights(10).by_event
+            record("synced")
+            coordinator.notify_weight_update_step_done()
+
+    threads = [
+        threading.Thread(
+            target=loop,
+            args=(coordinator.wait_for_weights_updated, coordinator.notify_dataset_ready, "dataset", True),
+        ),
+        threading.Thread(
+            target=loop,
+            args=(coordinator.wait_for_dataset_ready, coordinator.notify_train_step_done, "train", False),
+        ),
+        threading.Thread(target=sync),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not any(thread.is_alive() for thread in threads)
+    assert log == ["dataset", "train", "synced"] * rounds
