@@ -19,7 +19,7 @@ from stable_baselines3.common.type_aliases import RolloutReturn, TrainFreq
 from stable_baselines3.common.utils import should_collect_more_steps
 from stable_baselines3.common.vec_env import VecEnv, VecNormalize
 
-from lit_sb3.agents.collector import AsyncCollector, RolloutSpec, default_workers, final_info
+from lit_sb3.agents.collector import AsyncCollector, RolloutSpec, default_workers, final_info, prepare_workers
 from lit_sb3.agents.episodes import ActingSpec, EpisodePacket, ObservationNormalization, Progress
 from lit_sb3.checks import check_positive_int
 from lit_sb3.envs.multi_env import IndexableMultiEnv
@@ -96,6 +96,7 @@ class _AsyncAgent:
         self.max_policy_lag = max_policy_lag
         self.max_restarts = max_restarts
         self.reproducible = reproducible
+        prepare_workers(use_mp)
         self._collector: AsyncCollector | None = None
         self._weights_version = 0
         self._train_seconds = 0.0

@@ -28,7 +28,7 @@ from lit_sb3.agents.episodes import ActingSpec, EpisodePacket, Progress
 from lit_sb3.agents.lockstep import LockstepEpisodeWorker
 from lit_sb3.agents.weights import WeightBoard, acting_module, flat_weights
 from lit_sb3.envs.multi_env import IndexableMultiEnv
-from lit_sb3.workers.local import LocalBackend
+from lit_sb3.workers.local import LocalBackend, start_fork_server
 from lit_sb3.workers.pool import WorkerPool
 from lit_sb3.workers.stream import Stream
 from lit_sb3.workers.threads import ThreadBackend
@@ -37,6 +37,8 @@ from lit_sb3.workers.threads import ThreadBackend
 WAIT_SLICE = 0.05
 #: Policy lags kept for the profiler's percentiles.
 LAG_WINDOW = 10_000
+#: What the fork server of worker processes imports ahead of them.
+WORKER_PRELOAD = (EpisodeWorker.__module__,)
 
 
 @dataclass(frozen=True)
@@ -165,7 +167,7 @@ class AsyncCollector:
             _WorkerFactory(env.env_fns, worker_policy, spec, self.board, max_envs=max_envs, progress=progress)
             for _ in range(n_workers)
         ]
-        backend = LocalBackend(preload=[EpisodeWorker.__module__]) if use_mp else ThreadBackend()
+        backend = LocalBackend(preload=WORKER_PRELOAD) if use_mp else ThreadBackend()
         try:
             self.pool = WorkerPool(
                 factories,
@@ -506,10 +508,21 @@ def policy_copy(policy: BasePolicy) -> BasePolicy:
     return copied.to("cpu")
 
 
+def prepare_workers(use_mp: bool) -> None:
+    """
+    Start what worker processes will be forked from, so that its imports run while the agent is being built.
+
+    :param use_mp: Whether workers are processes (threads need nothing).
+    """
+    if use_mp:
+        start_fork_server(WORKER_PRELOAD)
+
+
 def default_workers(n_envs: int, use_mp: bool) -> int:
     """
     :param n_envs: Number of environments.
     :param use_mp: Whether workers are processes.
-    :return: One process per core (at most one per environment); one thread (threads share the GIL).
+    :return: One process per core but one, which the trainer keeps (at most one per environment, at least one);
+        one thread (threads share the GIL).
     """
-    return min(n_envs, os.cpu_count() or 1) if use_mp else 1
+    return max(1, min(n_envs, (os.cpu_count() or 1) - 1)) if use_mp else 1
