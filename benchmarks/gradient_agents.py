@@ -1,11 +1,13 @@
 """Async episode collection for gradient agents against plain Stable-Baselines3 and async-gym-agents 0.5.0.
 
 Every configuration trains the same algorithm with the same hyper-parameters, in one process, one after the other
-for each seed (so machine load shifts hit all of them alike); the table gives medians over the seeds.
+for each seed (so machine load shifts hit all of them alike); the table gives medians over the seeds. Times run
+from building the model (``SubprocVecEnv`` starts its processes there, async collection when it first learns) to
+the end of ``learn()``. ``lit_sb3 reproducible processes`` is the on-policy mode whose runs are identical for a seed.
 
 - PPO CartPole-v1, 8 envs, 2048 steps per rollout: env steps/s, and the most async collection can give, total steps
   / (plain SB3's time in ``train()`` alone); wall time until the mean return of the last 20 episodes reaches 475.
-- PPO on a CartPole that sleeps 2 ms a step (8 envs): env steps/s against ``SubprocVecEnv``.
+- PPO on a CartPole that sleeps 2 ms a step (8 envs, one worker per env): env steps/s against ``SubprocVecEnv``.
 - SAC Pendulum-v1, one env, one gradient step per env step: env steps/s and wall time until the mean return of the
   last 10 episodes reaches -250.
 
@@ -120,12 +122,15 @@ def make_model(case: Case, configuration: str, seed: int) -> tuple[BaseAlgorithm
     if configuration == "SB3 SubprocVecEnv":
         model = case.algorithm("MlpPolicy", SubprocVecEnv(fns, start_method="forkserver"), **kwargs)
         return model, model.env.close  # type: ignore[union-attr]
-    backend, use_mp = configuration.rsplit(" ", 1)[0], configuration.endswith("processes")
+    backend, use_mp = configuration.split(" ", 1)[0], configuration.endswith("processes")
     n_workers = case.n_envs if case.name.startswith("PPO sleepy") else None
     if backend == "lit_sb3":
         injected = get_injected_agent(case.algorithm)
         extra = {"n_workers": n_workers} if n_workers is not None else {}
-        model = injected("MlpPolicy", IndexableMultiEnv(fns), use_mp=use_mp, **extra, **kwargs)
+        reproducible = "reproducible" in configuration
+        model = injected(
+            "MlpPolicy", IndexableMultiEnv(fns), use_mp=use_mp, reproducible=reproducible, **extra, **kwargs
+        )
         return model, model.shutdown
     from async_gym_agents.agents.async_agent import get_injected_agent as reference_agent
     from async_gym_agents.envs.multi_env import IndexableMultiEnv as ReferenceMultiEnv
@@ -136,9 +141,9 @@ def make_model(case: Case, configuration: str, seed: int) -> tuple[BaseAlgorithm
 
 def measure(case: Case, configuration: str, seed: int) -> Run:
     run = Run()
+    started = time.monotonic()  # what a user waits for: building the model (and its processes) and learning
     model, release = make_model(case, configuration, seed)
     timed_train(model, run)
-    started = time.monotonic()
     try:
         callback = Watch(case.threshold if case.threshold is not None else np.inf, case.window, started, run)
         model.learn(case.budget, callback=callback)
@@ -173,13 +178,15 @@ def main() -> None:
              {"learning_rate": 1e-3}, int(12_000 * scale), -250, 10),
     ]  # fmt: skip
     ours = ["lit_sb3 threads", "lit_sb3 processes"]
+    reproducible = ["lit_sb3 reproducible processes"]
     reference = ["async-gym-agents threads", "async-gym-agents processes"] if reference_available() else []
     for seed in seeds:
         for case in cases:
             plain = ["SB3 SubprocVecEnv"] if case.name.startswith("PPO sleepy") else ["SB3 DummyVecEnv"]
             if case.name.startswith("PPO CartPole"):
                 plain.append("SB3 SubprocVecEnv")
-            for configuration in [*plain, *ours, *reference]:
+            on_policy = case.algorithm is PPO
+            for configuration in [*plain, *ours, *(reproducible if on_policy else []), *reference]:
                 run = measure(case, configuration, seed)
                 case.results.setdefault(configuration, []).append(run)
                 print(
