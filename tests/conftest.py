@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import sys
 from collections.abc import Iterator
 
 import cloudpickle
@@ -31,10 +32,13 @@ def sb3_log_dir(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None
 
 @pytest.fixture(autouse=True)
 def no_leftover_workers() -> Iterator[None]:
-    """Every test must leave no process behind but multiprocessing's own fork server and resource tracker."""
+    """Every test must leave no process behind but multiprocessing's own fork server and resource tracker, and the
+    services of a Ray instance a Ray test fixture keeps running (never the actors of a worker pool)."""
     yield
     descendants = psutil.Process().children(recursive=True)
-    leftovers = [process for process in descendants if not _is_multiprocessing_helper(process)]
+    leftovers = [
+        process for process in descendants if not _is_multiprocessing_helper(process) and not _is_ray_service(process)
+    ]
     for process in leftovers:
         try:
             process.wait(5)  # a process that was asked to exit gets a moment to do so
@@ -51,3 +55,14 @@ def _is_multiprocessing_helper(process: psutil.Process) -> bool:
     except psutil.Error:
         return True  # already gone
     return is_direct_child and ("forkserver" in command or "resource_tracker" in command)
+
+
+def _is_ray_service(process: psutil.Process) -> bool:
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
+        return False
+    try:
+        command = " ".join(process.cmdline())
+    except psutil.Error:
+        return True  # already gone
+    return "RayWorkerActor" not in command and ("/ray/" in command or command.startswith("ray::"))

@@ -201,20 +201,21 @@ def pool() -> Iterator[AsyncEval]:
         yield async_eval
 
 
-@pytest.mark.parametrize(
-    ("weights", "pop_size", "error", "message"),
-    [
-        (np.zeros((4, 1), np.float32), 4, ValueError, "rows have 1 values but the policy has 2 parameters"),
-        (np.zeros((4, 3), np.float32), 4, ValueError, "rows have 3 values but the policy has 2 parameters"),
-        (np.zeros(2, np.float32), 1, ValueError, r"candidate_weights must have shape \(rows, n_params\)"),
-        (np.zeros((4, 2), np.float32), 0, ValueError, "pop_size must be at least 1"),
-        (np.zeros((4, 2), np.float32), 5, ValueError, "pop_size=5 exceeds the 4 rows"),
-        (np.zeros((4, 2), np.float32), 2.0, TypeError, "pop_size must be an int"),
-        (np.array([[0, 0], [np.nan, 0]], np.float32), 2, ValueError, r"NaN or inf values in candidates \[1\]"),
-        (np.array([[np.inf, 0]], np.float32), 1, ValueError, r"NaN or inf values in candidates \[0\]"),
-        ([[0.0, 0.0]], 1, TypeError, "candidate_weights must be a torch.Tensor or a numpy array"),
-    ],
-)
+#: Jobs refused before any work: weights, pop_size, error type, message.
+BAD_JOBS = [
+    (np.zeros((4, 1), np.float32), 4, ValueError, "rows have 1 values but the policy has 2 parameters"),
+    (np.zeros((4, 3), np.float32), 4, ValueError, "rows have 3 values but the policy has 2 parameters"),
+    (np.zeros(2, np.float32), 1, ValueError, r"candidate_weights must have shape \(rows, n_params\)"),
+    (np.zeros((4, 2), np.float32), 0, ValueError, "pop_size must be at least 1"),
+    (np.zeros((4, 2), np.float32), 5, ValueError, "pop_size=5 exceeds the 4 rows"),
+    (np.zeros((4, 2), np.float32), 2.0, TypeError, "pop_size must be an int"),
+    (np.array([[0, 0], [np.nan, 0]], np.float32), 2, ValueError, r"NaN or inf values in candidates \[1\]"),
+    (np.array([[np.inf, 0]], np.float32), 1, ValueError, r"NaN or inf values in candidates \[0\]"),
+    ([[0.0, 0.0]], 1, TypeError, "candidate_weights must be a torch.Tensor or a numpy array"),
+]
+
+
+@pytest.mark.parametrize(("weights", "pop_size", "error", "message"), BAD_JOBS)
 def test_bad_jobs_are_refused_before_any_work(
     pool: AsyncEval, weights: object, pop_size: object, error: type[Exception], message: str
 ) -> None:
@@ -245,22 +246,26 @@ def test_bad_calls_are_refused(pool: AsyncEval) -> None:
         pool._pool.call(1, "get_obs_rms")
 
 
-@pytest.mark.parametrize(
-    ("kwargs", "error", "message"),
-    [
-        ({"envs_fn": []}, ValueError, "envs_fn is empty"),
-        ({"envs_fn": scalar_vec_env}, TypeError, "envs_fn must be a list"),
-        ({"envs_fn": [scalar_vec_env, 3]}, TypeError, r"envs_fn\[1\] must be callable"),
-        ({"train_policy": "LinearPolicy"}, TypeError, "train_policy must be a Stable-Baselines3 BasePolicy"),
-        ({"n_eval_episodes": 0}, ValueError, "n_eval_episodes must be at least 1"),
-        ({"start_method": "teleport"}, ValueError, "start_method must be one of"),
-        ({"chunk_size": 0}, ValueError, "chunk_size must be at least 1"),
-        ({"candidate_timeout": -1.0}, ValueError, "candidate_timeout must be positive"),
-        ({"candidate_timeout": "5"}, TypeError, "candidate_timeout must be a number of seconds"),
-        ({"max_restarts": True}, TypeError, "max_restarts must be an int"),
-        ({"max_restarts": -1}, ValueError, "max_restarts must be non-negative"),
-    ],
-)
+#: AsyncEval arguments refused before any worker starts: arguments, error type, message.
+BAD_CONSTRUCTION = [
+    ({"envs_fn": []}, ValueError, "envs_fn is empty"),
+    ({"envs_fn": scalar_vec_env}, TypeError, "envs_fn must be a list"),
+    ({"envs_fn": [scalar_vec_env, 3]}, TypeError, r"envs_fn\[1\] must be callable"),
+    ({"train_policy": "LinearPolicy"}, TypeError, "train_policy must be a Stable-Baselines3 BasePolicy"),
+    ({"n_eval_episodes": 0}, ValueError, "n_eval_episodes must be at least 1"),
+    ({"start_method": "teleport"}, ValueError, "start_method must be one of"),
+    ({"chunk_size": 0}, ValueError, "chunk_size must be at least 1"),
+    ({"candidate_timeout": -1.0}, ValueError, "candidate_timeout must be positive"),
+    ({"candidate_timeout": "5"}, TypeError, "candidate_timeout must be a number of seconds"),
+    ({"max_restarts": True}, TypeError, "max_restarts must be an int"),
+    ({"max_restarts": -1}, ValueError, "max_restarts must be non-negative"),
+    ({"backend": "spark"}, ValueError, r"backend must be one of \('local', 'ray'\) or a Backend object"),
+    ({"ray_address": "auto"}, ValueError, "ray_address and worker_resources need backend='ray'"),
+    ({"worker_resources": {"num_cpus": 1}}, ValueError, "ray_address and worker_resources need backend='ray'"),
+]
+
+
+@pytest.mark.parametrize(("kwargs", "error", "message"), BAD_CONSTRUCTION)
 def test_bad_construction_is_refused_before_starting_workers(
     scalar_policy: LinearPolicy, kwargs: dict, error: type[Exception], message: str
 ) -> None:

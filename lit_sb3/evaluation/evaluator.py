@@ -20,7 +20,8 @@ from lit_sb3.evaluation.policy_kernels import make_batched_policy
 from lit_sb3.evaluation.seeding import episode_seed
 from lit_sb3.evaluation.slot_envs import SlotEnvError, make_slot_env
 from lit_sb3.workers.app import TaskError, WorkerApp
-from lit_sb3.workers.shared_array import OpenedArrays, SharedArrayHandle
+from lit_sb3.workers.arrays import ArrayHandle
+from lit_sb3.workers.shared_array import OpenedArrays
 
 #: Steps the loop runs before it lets the worker look for new messages (cancel, close).
 STEPS_BETWEEN_POLLS = 256
@@ -34,15 +35,15 @@ class RoundSpec:
     What every task of one round shares.
 
     :param serial: Unique number of the round in the evaluator's life.
-    :param population: The candidate weight matrix, one row per candidate (in shared memory, or the array itself
-        when evaluating in-process).
+    :param population: The candidate weight matrix, one row per candidate (published by the pool's backend, or the
+        array itself when evaluating in-process).
     :param round_index: Index of the round since the last seeding.
     :param base_seed: Seed the episode seeds derive from.
     :param options: Reset options of every episode, for all workers (a dict) or per worker (a list).
     """
 
     serial: int
-    population: SharedArrayHandle | np.ndarray
+    population: ArrayHandle | np.ndarray
     round_index: int
     base_seed: int
     options: dict[str, Any] | list[dict[str, Any]] | None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from typing import Any
 
@@ -16,10 +16,8 @@ from stable_baselines3.common.vec_env import VecEnv
 from lit_sb3.checks import check_positive_int
 from lit_sb3.evaluation.evaluator import CandidateEvaluator, RoundSpec
 from lit_sb3.vec_env.candidate_eval import CandidateEval, ChunkResult
-from lit_sb3.workers.backend import Backend, WorkerHandle
-from lit_sb3.workers.local import LocalBackend
+from lit_sb3.workers.backend import Backend, BackendName, WorkerHandle, make_backend
 from lit_sb3.workers.pool import WorkerPool
-from lit_sb3.workers.shared_array import SharedArray
 
 #: Chunks per worker and round when ``chunk_size`` is not given: small enough to balance uneven episode lengths.
 CHUNKS_PER_WORKER = 8
@@ -35,10 +33,11 @@ class AsyncEval(CandidateEval):
 
     A drop-in replacement for sb3-contrib's ``AsyncEval``, built on :class:`~lit_sb3.workers.WorkerPool`: workers
     take small chunks of candidates as they have room, run one candidate per sub-environment with all actions of a
-    step computed in one batched call, and read candidate weights from shared memory. Episode ``e`` of candidate
-    ``c`` in round ``g`` after ``seed(s)`` is reset with a seed derived from ``(s, g, c, e)``, so results do not
-    depend on the number of workers. A worker that dies is replaced and its candidates re-run; an exception in a
-    worker is raised here as :class:`~lit_sb3.workers.WorkerError` with the worker's traceback.
+    step computed in one batched call, and read candidate weights from shared memory (from Ray's object store with
+    ``backend="ray"``, where each worker is a Ray actor, on this machine or a cluster). Episode ``e`` of candidate
+    ``c`` in round ``g`` after ``seed(s)`` is reset with a seed derived from ``(s, g, c, e)``, so results depend on
+    neither the number of workers nor the backend. A worker that dies is replaced and its candidates re-run; an
+    exception in a worker is raised here as :class:`~lit_sb3.workers.WorkerError` with the worker's traceback.
 
     .. warning::
 
@@ -64,7 +63,13 @@ class AsyncEval(CandidateEval):
         :class:`~lit_sb3.workers.WorkerTimeoutError` raised (naming the candidate); None for no limit.
     :param max_restarts: How many dead workers are replaced (their candidates re-run) before
         :class:`~lit_sb3.workers.WorkerDiedError` is raised.
-    :param backend: Where workers run; local processes started with ``start_method`` by default.
+    :param backend: Where workers run: ``"local"`` processes started with ``start_method`` (the default, also for
+        None), ``"ray"`` actors (``pip install lit_sb3[ray]``), or a :class:`~lit_sb3.workers.backend.Backend`.
+    :param ray_address: With ``backend="ray"``: the cluster to connect to (e.g. ``"ray://head:10001"`` or
+        ``"auto"``); by default the Ray connection this process has, else a new local Ray instance, shut down by
+        :meth:`close`.
+    :param worker_resources: With ``backend="ray"``: the resources of each worker's actor, e.g.
+        ``{"num_cpus": 2, "num_gpus": 0.25, "my_node_type": 1}`` (``num_cpus`` is 1 by default).
     """
 
     def __init__(
@@ -77,7 +82,9 @@ class AsyncEval(CandidateEval):
         chunk_size: int | None = None,
         candidate_timeout: float | None = None,
         max_restarts: int = 3,
-        backend: Backend | None = None,
+        backend: BackendName | Backend | None = None,
+        ray_address: str | None = None,
+        worker_resources: Mapping[str, float] | None = None,
     ) -> None:
         if not isinstance(envs_fn, list | tuple):
             raise TypeError(f"envs_fn must be a list of callables returning a VecEnv, got {type(envs_fn)!r}")
@@ -100,8 +107,13 @@ class AsyncEval(CandidateEval):
             raise TypeError(f"max_restarts must be an int, got {type(max_restarts)!r}")
         if max_restarts < 0:
             raise ValueError(f"max_restarts must be non-negative, got {max_restarts}")
-        if backend is None:
-            backend = LocalBackend(start_method, preload=[CandidateEvaluator.__module__])
+        chosen_backend = make_backend(
+            "local" if backend is None else backend,
+            start_method=start_method,
+            preload=[CandidateEvaluator.__module__],
+            ray_address=ray_address,
+            worker_resources=worker_resources,
+        )
         policy = copy.deepcopy(train_policy).to("cpu")
         self.chunk_size = chunk_size
         self._pool = WorkerPool(
@@ -109,13 +121,13 @@ class AsyncEval(CandidateEval):
                 functools.partial(CandidateEvaluator, env_fn, policy, n_eval_episodes, index)
                 for index, env_fn in enumerate(envs_fn)
             ],
-            backend=backend,
+            backend=chosen_backend,
             max_restarts=max_restarts,
             unit_timeout=candidate_timeout,
             unit_name="candidate",
         )
         self._synced_obs_rms = [description["obs_rms"] for description in self._pool.descriptions]
-        self._population: SharedArray | None = None
+        self._population = chosen_backend.array_publisher()
         self._pending: Future | None = None
 
     @property
@@ -133,12 +145,8 @@ class AsyncEval(CandidateEval):
         return self._pool.closed
 
     def _start_round(self, weights: np.ndarray, spec_fields: dict[str, Any], pop_size: int) -> None:
-        if self._population is None or self._population.array.shape[0] < pop_size:
-            if self._population is not None:
-                self._population.close()
-            self._population = SharedArray((pop_size, self.n_params), np.float32)
-        self._population.array[:pop_size] = weights
-        spec = RoundSpec(population=self._population.handle, **spec_fields)
+        population = self._population.publish(weights[:pop_size].astype(np.float32, copy=False))
+        spec = RoundSpec(population=population, **spec_fields)
         chunk = self.chunk_size or self._default_chunk_size(pop_size)
         payloads = [(spec, start, min(start + chunk, pop_size)) for start in range(0, pop_size, chunk)]
         labels = [f"candidates {start}-{stop - 1}" for _, start, stop in payloads]
@@ -173,6 +181,4 @@ class AsyncEval(CandidateEval):
     def _close(self) -> None:
         self._pool.close()
         self._pending = None
-        if self._population is not None:
-            self._population.close()
-            self._population = None
+        self._population.close()

@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from lit_sb3.workers.shared_array import SharedArrayHandle
+from lit_sb3.workers.arrays import ArrayHandle
 
 #: Columns of a progress board row: the unit running on the slot (-1 when idle), when it started, its request.
 PROGRESS_COLUMNS = 3
@@ -120,9 +120,9 @@ class WorkerApp(ABC):
             raise RuntimeError(f"{type(self).__name__}.emit() needs a worker loop: no emitter is attached")
         self._emit(request_id, unit, value)
 
-    def attach_progress(self, handle: SharedArrayHandle) -> None:
+    def attach_progress(self, handle: ArrayHandle) -> None:
         """
-        Write unit progress to a shared board the main process reads to enforce timeouts.
+        Write unit progress to a board the main process reads to enforce timeouts.
 
         :param handle: Board of shape ``(slot_count, PROGRESS_COLUMNS)``.
         """

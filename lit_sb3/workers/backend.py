@@ -1,9 +1,19 @@
-"""The interface a pool backend implements: start workers, talk to them, notice when they die."""
+"""The interface a pool backend implements: start workers, talk to them, move arrays, notice when they die."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+import numpy as np
+
+from lit_sb3.workers.arrays import ArrayPublisher, ProgressBoard
+from lit_sb3.workers.shared_array import SharedArray, SharedMemoryPublisher
+
+#: The backends chosen by name: local processes, or Ray actors (``pip install lit_sb3[ray]``).
+BackendName = Literal["local", "ray"]
+BACKEND_NAMES: tuple[BackendName, ...] = ("local", "ray")
 
 
 class WorkerHandle(ABC):
@@ -75,3 +85,57 @@ class Backend(ABC):
     @abstractmethod
     def close(self) -> None:
         """Release the backend's own resources."""
+
+    def array_publisher(self) -> ArrayPublisher:
+        """:return: How arrays every worker reads travel (shared memory unless the backend says otherwise)."""
+        return SharedMemoryPublisher()
+
+    def progress_board(self, worker_index: int, shape: tuple[int, ...]) -> ProgressBoard:
+        """
+        :param worker_index: The worker (and any replacement of it) that writes the board.
+        :param shape: Shape of the board.
+        :return: A board the worker writes and the pool reads (shared memory unless the backend says otherwise).
+        """
+        return SharedArray(shape, np.float64)
+
+
+def make_backend(
+    backend: BackendName | Backend,
+    *,
+    start_method: str | None = None,
+    preload: Sequence[str] = (),
+    ray_address: str | None = None,
+    worker_resources: Mapping[str, float] | None = None,
+) -> Backend:
+    """
+    The backend a user of the pool chose with one keyword.
+
+    :param backend: ``"local"`` (worker processes on this machine), ``"ray"`` (one Ray actor per worker) or a
+        backend object, used as it is.
+    :param start_method: ``multiprocessing`` start method of the local backend.
+    :param preload: Modules the local backend's fork server imports once (the heavy modules of the app).
+    :param ray_address: Ray cluster to connect to (``ray.init(address=...)``); by default the connection this process
+        already has, else a new local Ray instance.
+    :param worker_resources: Ray resources of each worker: ``num_cpus`` (1 by default), ``num_gpus``, ``memory``
+        and custom resources by name.
+    :return: The backend.
+    """
+    if isinstance(backend, Backend):
+        chosen = "a backend object"
+    elif backend in BACKEND_NAMES:
+        chosen = f"backend={backend!r}"
+    else:
+        raise ValueError(f"backend must be one of {BACKEND_NAMES} or a Backend object, got {backend!r}")
+    if backend != "ray" and (ray_address is not None or worker_resources is not None):
+        raise ValueError(f"ray_address and worker_resources need backend='ray', got {chosen}")
+    if backend != "local" and start_method is not None:
+        raise ValueError(f"start_method is for backend='local' only, got {chosen}")
+    if isinstance(backend, Backend):
+        return backend
+    if backend == "local":
+        from lit_sb3.workers.local import LocalBackend
+
+        return LocalBackend(start_method, preload=preload)
+    from lit_sb3.workers.ray_backend import RayBackend
+
+    return RayBackend(ray_address, worker_resources=worker_resources)

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import cloudpickle
-import numpy as np
 
 from lit_sb3.workers.app import PROGRESS_COLUMNS, WorkerApp
+from lit_sb3.workers.arrays import ProgressBoard
 from lit_sb3.workers.backend import Backend, WorkerHandle
 from lit_sb3.workers.errors import PoolClosedError, WorkerDiedError, WorkerError, WorkerTimeoutError
 from lit_sb3.workers.local import LocalBackend
@@ -31,7 +31,6 @@ from lit_sb3.workers.messages import (
     Reply,
     Request,
 )
-from lit_sb3.workers.shared_array import SharedArray
 from lit_sb3.workers.stream import Stream, StreamItem
 
 #: Seconds a worker gets to exit after being asked to, before it is killed.
@@ -104,7 +103,7 @@ class _Slot:
     in_flight: dict[int, _Call | tuple[_Job, int]] = field(default_factory=dict)
     waiting_calls: deque[_Call] = field(default_factory=deque)
     sticky: dict[str, _Call] = field(default_factory=dict)
-    board: SharedArray | None = None
+    board: ProgressBoard | None = None
     expected_death: bool = False
     credit: int = 0  # partial results the worker may still send (granted, not yet received)
     unsent_credit: int | None = None  # granted but not yet told to the worker; None when there is nothing to tell
@@ -678,7 +677,7 @@ class WorkerPool:
         self._grant_credit()
 
     def _attach_board(self, index: int, slot: _Slot) -> None:
-        slot.board = SharedArray((self.slot_counts[index], PROGRESS_COLUMNS), np.float64)
+        slot.board = self._backend.progress_board(index, (self.slot_counts[index], PROGRESS_COLUMNS))
         slot.board.array[:, 0] = -1
         slot.waiting_calls.appendleft(_Call(ATTACH_PROGRESS_METHOD, cloudpickle.dumps((slot.board.handle,)), None))
 

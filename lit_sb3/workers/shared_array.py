@@ -12,6 +12,8 @@ from multiprocessing import resource_tracker, shared_memory
 
 import numpy as np
 
+from lit_sb3.workers.arrays import ArrayHandle, ArrayPublisher, SupportsClose
+
 
 @dataclass(frozen=True)
 class SharedArrayHandle:
@@ -89,14 +91,41 @@ def _release(block: shared_memory.SharedMemory) -> None:
         block.unlink()
 
 
+class SharedMemoryPublisher(ArrayPublisher):
+    """Publishes arrays in one shared memory block, reused while the arrays fit in it."""
+
+    def __init__(self) -> None:
+        self._shared: SharedArray | None = None
+
+    def publish(self, array: np.ndarray) -> SharedArrayHandle:
+        shared = self._shared
+        fits = (
+            shared is not None
+            and shared.dtype == array.dtype
+            and shared.array.shape[1:] == array.shape[1:]
+            and shared.array.shape[0] >= array.shape[0]
+        )
+        if not fits:
+            self.close()
+            shared = self._shared = SharedArray(array.shape, array.dtype)
+        assert shared is not None
+        shared.array[: array.shape[0]] = array  # workers read the rows they are told about
+        return shared.handle
+
+    def close(self) -> None:
+        if self._shared is not None:
+            self._shared.close()
+            self._shared = None
+
+
 class OpenedArrays:
-    """Cache of shared arrays opened in a worker, by handle; the least recent ones are closed."""
+    """Cache of arrays opened in a worker, by handle; the least recent ones are closed."""
 
     def __init__(self, capacity: int = 2) -> None:
         self._capacity = capacity
-        self._opened: dict[SharedArrayHandle, tuple[shared_memory.SharedMemory, np.ndarray]] = {}
+        self._opened: dict[ArrayHandle, tuple[SupportsClose, np.ndarray]] = {}
 
-    def get(self, handle: SharedArrayHandle) -> np.ndarray:
+    def get(self, handle: ArrayHandle) -> np.ndarray:
         """
         :param handle: The array to open.
         :return: A view of the shared array.

@@ -12,8 +12,8 @@ from lit_sb3.workers.backend import Backend, WorkerHandle
 from lit_sb3.workers.worker import run_worker
 
 
-class _Pipe:
-    """One direction of a thread worker's link: a deque guarded by a condition shared with the reader's waits."""
+class MessagePipe:
+    """One direction of a link between two threads: a deque guarded by a condition shared with the reader's waits."""
 
     def __init__(self, condition: threading.Condition) -> None:
         self.condition = condition
@@ -43,10 +43,10 @@ class _Pipe:
             self.condition.notify_all()
 
 
-class _WorkerEnd:
-    """The :class:`~lit_sb3.workers.worker.Channel` a thread worker reads and writes."""
+class PipeChannel:
+    """The :class:`~lit_sb3.workers.worker.Channel` of a worker loop whose other end is a thread of its process."""
 
-    def __init__(self, inbox: _Pipe, outbox: _Pipe) -> None:
+    def __init__(self, inbox: MessagePipe, outbox: MessagePipe) -> None:
         self._inbox = inbox
         self._outbox = outbox
 
@@ -77,8 +77,8 @@ class ThreadWorker(WorkerHandle):
     def __init__(self, worker_index: int, app_factory: bytes, activity: threading.Condition) -> None:
         self.worker_index = worker_index
         self._activity = activity
-        self.to_worker = _Pipe(threading.Condition())
-        self.from_worker = _Pipe(activity)
+        self.to_worker = MessagePipe(threading.Condition())
+        self.from_worker = MessagePipe(activity)
         self.killed = False
         self.failure: str | None = None
         self.thread = threading.Thread(
@@ -88,7 +88,7 @@ class ThreadWorker(WorkerHandle):
 
     def _run(self, app_factory: bytes) -> None:
         try:
-            run_worker(_WorkerEnd(self.to_worker, self.from_worker), app_factory)
+            run_worker(PipeChannel(self.to_worker, self.from_worker), app_factory)
         except BaseException:  # a failure of the loop itself: the pool sees a dead worker and this traceback
             self.failure = traceback.format_exc()
         finally:
