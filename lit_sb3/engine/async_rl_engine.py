@@ -1,0 +1,222 @@
+"""Asynchronous reinforcement learning engine module.
+
+The rollout thread takes episodes of the collection workers into the buffer, the dataset thread prepares the next
+train step's data, the train thread trains on it, the weight-sync thread publishes each new version to the workers
+and the evaluation thread evaluates it at the configured interval. An :class:`AsyncCoordinator` carries the signals
+between them; a failure in any thread or worker stops them all and is raised from :meth:`AsyncRLEngine.run`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from lit_sb3.engine.base import WAIT_SLICE, BaseEngine
+from lit_sb3.engine.buffer import DataBuffer, ReplayData, RolloutQueue
+from lit_sb3.engine.config import EngineConfig
+from lit_sb3.engine.coordinator import AsyncCoordinator
+from lit_sb3.engine.env_group import EnvGroup
+from lit_sb3.engine.policy_group import PolicyGroup
+
+__all__ = ["AsyncCoordinator", "AsyncRLEngine"]
+
+#: Seconds the engine waits for its threads to end once stopped, before it reports the one that does not.
+JOIN_TIMEOUT = 10.0
+#: Seconds between two checks of the main thread for a failure or the end of the run.
+WATCH_SLICE = 0.02
+#: Off-policy: episodes the rollout thread takes into the replay buffer beyond what the train steps drew from.
+EPISODES_AHEAD = 1
+
+
+class EngineThreadError(RuntimeError):
+    """A thread of the engine did not end after the run stopped."""
+
+
+class AsyncRLEngine(BaseEngine):
+    """
+    Asynchronous reinforcement learning engine.
+
+    This engine implements asynchronous training where: - Rollout thread: Collects experience from environments.
+    - Dataset thread: Prepares each train step's data from the buffer. - Training thread: Updates policy using
+    collected experience. - Weight update thread: Broadcasts updated weights to the collection workers.
+    - Evaluation thread (with ``eval_interval``): evaluates them on separate environments through AsyncEval.
+
+    Episodes begun by weights more than ``max_policy_lag`` train steps old when assembled are dropped (counted in
+    the summary's ``episodes_stale``); an on-policy rollout then waits in the buffer for one train step, so the
+    rollouts trained on are at most ``max_policy_lag + 1`` train steps old. Off-policy, the rollout thread keeps
+    one episode ahead of the train steps (the replay ratio holds whatever the speed of the workers).
+
+    :param config: What the run does.
+    :param env_group: The collection (and evaluation) environments.
+    :param policy_group: The algorithm being trained.
+    :param buffer: The data between the rollout and the dataset threads.
+    """
+
+    def __init__(
+        self, config: EngineConfig, env_group: EnvGroup, policy_group: PolicyGroup, buffer: DataBuffer
+    ) -> None:
+        super().__init__(config, env_group, policy_group, buffer)
+        self.coordinator = AsyncCoordinator()
+        self._failure: BaseException | None = None
+
+    # ----------------------------------------------------------------------------------------- the thread loops
+
+    def rollout(self) -> None:
+        """
+        Perform rollout to collect experience from environments: takes each rollout or episode of the collection
+        into the buffer until the coordinator stops.
+        """
+        clock, coordinator, buffer = self._clock("rollout"), self.coordinator, self.buffer
+        learning_starts = self.policy_group.learning_starts
+        while coordinator.is_running():
+            with clock.idle():
+                if isinstance(buffer, RolloutQueue):
+                    room = buffer.wait_for_room(WAIT_SLICE)
+                else:
+                    assert isinstance(buffer, ReplayData)
+                    room = buffer.wait_for_room(EPISODES_AHEAD, learning_starts, WAIT_SLICE)
+                if room and self.synced_version < self.policy_group.latest.version:
+                    # The collection checks episodes' ages against the version it was told of: tell it first.
+                    coordinator.wait_for_weights_updated(WAIT_SLICE)
+                    continue
+            if room and coordinator.is_running():
+                with clock.busy():
+                    self._rollout_step()
+
+    def update_dataset(self) -> None:
+        """Update dataset from buffer to train policy: prepares one train step's data after each train step."""
+        clock, coordinator = self._clock("dataset"), self.coordinator
+        while coordinator.is_running():
+            with clock.idle():
+                ready = self._wait_for_data(WAIT_SLICE)
+            if not ready:
+                continue
+            with clock.busy():
+                self._dataset = self._prepare_dataset()
+            coordinator.notify_dataset_ready()
+            with clock.idle():
+                coordinator.wait_for_update_dataset()
+
+    def train(self) -> None:
+        """
+        Perform training on collected experience: one train step per dataset, until the configured budget is spent
+        (then the coordinator stops).
+        """
+        clock, coordinator = self._clock("train"), self.coordinator
+        while coordinator.is_running():
+            with clock.idle():
+                wakeup = coordinator.wait_for_dataset_ready()
+            if not wakeup.by_event:
+                continue
+            with clock.busy():
+                self._train_step()
+            coordinator.notify_train_step_done()
+            if self.finished():
+                coordinator.stop()
+
+    def sync_weights(self) -> None:
+        """Publish each new version of the weights to the collection workers (retrying while they read the last)."""
+        clock, coordinator = self._clock("weight_sync"), self.coordinator
+        published = self.train_steps
+        while coordinator.is_running():
+            behind = published < self.policy_group.latest.version
+            with clock.idle():
+                coordinator.wait_for_sync_weights(WAIT_SLICE if behind else None)
+            version = self.policy_group.latest.version
+            if published < version and coordinator.is_running():
+                with clock.busy():
+                    sent = self._publish()
+                if sent:
+                    published = version
+                    coordinator.notify_weight_update_step_done()
+
+    def evaluate(self) -> None:
+        """Evaluate the newest weights through AsyncEval each time ``eval_interval`` more steps were collected."""
+        clock, coordinator = self._clock("evaluate"), self.coordinator
+        while coordinator.is_running():
+            with clock.idle():
+                wakeup = coordinator.wait_for_weights_updated()
+            if wakeup.by_event and self._evaluation_due():
+                with clock.busy():
+                    self._evaluate(self.policy_group.latest)
+
+    # ---------------------------------------------------------------------------------------------------- run
+
+    def run(self) -> dict[str, Any]:
+        """
+        Launch asynchronous training threads.
+
+        Starts the rollout, dataset, train and weight-sync threads (and the evaluation thread with
+        ``eval_interval``), waits until the budget is spent, a thread or worker fails, or Ctrl-C, then stops them all
+        and the workers. Prints timing summary when finished.
+
+        :return: The timing summary: time per phase and idle time of each thread, env steps/s, train steps/s, the
+            policy lag (mean, p99, max).
+        :raises BaseException: The first exception of a thread or worker, with its traceback.
+        """
+        if self.finished():
+            raise ValueError(
+                f"nothing to train: the budget of the config is spent (train steps {self.train_steps}, "
+                f"env steps {self.num_timesteps})"
+            )
+        self._open()
+        self.coordinator = coordinator = AsyncCoordinator()
+        self._failure = None
+        self._clocks = {}
+        loops: dict[str, Callable[[], None]] = {
+            "rollout": self.rollout,
+            "dataset": self.update_dataset,
+            "train": self.train,
+            "weight_sync": self.sync_weights,
+        }
+        if self.config.eval_interval is not None:
+            loops["evaluate"] = self.evaluate
+        threads = [
+            threading.Thread(target=self._guarded, args=(name, loop), name=f"lit-sb3-engine-{name}", daemon=True)
+            for name, loop in loops.items()
+        ]
+        started, collected_before, trained_before = time.monotonic(), self.collected_steps, self.train_steps
+        coordinator.start()
+        try:
+            for thread in threads:
+                thread.start()
+            while coordinator.is_running():
+                time.sleep(WATCH_SLICE)
+                self.collector.raise_failure()  # a worker's failure, even while no thread asks for data
+        except BaseException as error:
+            if self._failure is None:
+                self._failure = error
+        finally:
+            coordinator.stop()
+            self.collector.pool.close()  # a thread blocked on the collection wakes with PoolClosedError
+            if self._evaluator is not None:
+                self._evaluator.close()
+            for thread in threads:
+                thread.join(JOIN_TIMEOUT)
+            stuck = [thread.name for thread in threads if thread.is_alive()]
+            try:
+                if not stuck:
+                    self._summarise(
+                        "AsyncRLEngine",
+                        time.monotonic() - started,
+                        self.collected_steps - collected_before,
+                        self.train_steps - trained_before,
+                    )
+            finally:
+                self.close()
+        if self._failure is not None:
+            raise self._failure
+        if stuck:
+            raise EngineThreadError(f"engine threads {stuck} did not end within {JOIN_TIMEOUT} s of the stop")
+        assert self.last_summary is not None
+        return self.last_summary
+
+    def _guarded(self, name: str, loop: Callable[[], None]) -> None:
+        try:
+            loop()
+        except BaseException as error:
+            if self.coordinator.is_running() and self._failure is None:  # after the stop: the shutdown's echo
+                self._failure = error
+            self.coordinator.stop()

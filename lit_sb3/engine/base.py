@@ -1,0 +1,406 @@
+"""What every engine shares: the four parts, the counters, one step of each phase, evaluation and checkpoints."""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from abc import ABC, abstractmethod
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from stable_baselines3.common.buffers import RolloutBuffer
+from stable_baselines3.common.logger import Logger, configure, make_output_format
+
+from lit_sb3.agents.collector import AsyncCollector, policy_copy
+from lit_sb3.agents.episodes import Progress
+from lit_sb3.agents.weights import acting_module, load_flat_weights
+from lit_sb3.engine.buffer import DataBuffer, ReplayData, RolloutQueue, SampledBatches
+from lit_sb3.engine.config import EngineConfig
+from lit_sb3.engine.env_group import EnvGroup
+from lit_sb3.engine.policy_group import PolicyGroup, WeightsSnapshot, gradient_steps_owed
+from lit_sb3.engine.timing import ThreadClock, format_summary, record_summary, timing_summary
+from lit_sb3.vec_env.async_eval import AsyncEval
+
+#: Seconds a wait for data or room lasts before its thread checks whether the run goes on.
+WAIT_SLICE = 0.05
+#: Episode returns kept for ``rollout/ep_rew_mean``.
+RETURN_WINDOW = 100
+#: Files of a checkpoint folder.
+ALGORITHM_FILE, REPLAY_FILE, COUNTERS_FILE = "algorithm.zip", "replay_buffer.pkl", "counters.json"
+
+
+@dataclass
+class Dataset:
+    """
+    The data of one train step.
+
+    :param data: On-policy: a filled SB3 ``RolloutBuffer``; off-policy: the batches of its gradient steps.
+    :param env_steps: The algorithm's ``num_timesteps`` once it trains on it.
+    """
+
+    data: RolloutBuffer | SampledBatches
+    env_steps: int
+
+
+class BaseEngine(ABC):
+    """
+    An engine trains a policy group on the data its env group collects, through a buffer; subclasses decide how the
+    phases (rollout, dataset, train, weight sync, evaluation) are arranged.
+
+    :param config: What the run does.
+    :param env_group: The collection (and evaluation) environments.
+    :param policy_group: The algorithm being trained.
+    :param buffer: A :class:`~lit_sb3.engine.buffer.RolloutQueue` on-policy, a
+        :class:`~lit_sb3.engine.buffer.ReplayData` off-policy (``DataBuffer.for_algorithm`` picks it).
+    """
+
+    #: Phases with a clock, in the order the summary lists them.
+    phases: tuple[str, ...] = ("rollout", "dataset", "train", "weight_sync", "evaluate")
+
+    def __init__(
+        self, config: EngineConfig, env_group: EnvGroup, policy_group: PolicyGroup, buffer: DataBuffer
+    ) -> None:
+        for name, value, kind in (
+            ("config", config, EngineConfig),
+            ("env_group", env_group, EnvGroup),
+            ("policy_group", policy_group, PolicyGroup),
+            ("buffer", buffer, DataBuffer),
+        ):
+            if not isinstance(value, kind):
+                raise TypeError(f"{name} must be a {kind.__name__}, got {type(value).__name__}")
+        expected = RolloutQueue if policy_group.on_policy else ReplayData
+        if not isinstance(buffer, expected):
+            raise TypeError(
+                f"buffer must be a {expected.__name__} for {type(policy_group.algorithm).__name__}, "
+                f"got {type(buffer).__name__} (DataBuffer.for_algorithm(algorithm) builds the right one)"
+            )
+        algorithm = policy_group.algorithm
+        env = env_group.env
+        if (algorithm.observation_space, algorithm.action_space) != (env.observation_space, env.action_space):
+            raise ValueError(
+                f"the env group's spaces (observation {env.observation_space}, action {env.action_space}) differ from "
+                f"the algorithm's (observation {algorithm.observation_space}, action {algorithm.action_space})"
+            )
+        self.config = config
+        self.env_group = env_group
+        self.policy_group = policy_group
+        self.buffer = buffer
+        if config.log_folder is None:  # stdout at most (the config checked it): no folder to create
+            self.logger = Logger(None, [make_output_format(name, "") for name in config.log_formats])
+        else:
+            self.logger = configure(str(config.log_folder), list(config.log_formats))
+        algorithm.set_logger(self.logger)
+        self.replay_ratio = (
+            None if policy_group.on_policy else config.replay_ratio or policy_group.default_replay_ratio()
+        )
+        self.batch_size: int = config.batch_size or getattr(algorithm, "batch_size")  # noqa: B009 - both kinds have it
+        self.seed = config.seed if config.seed is not None else int(np.random.randint(0, 2**31 - 1))
+        self.collected_steps = 0
+        self.gradient_steps = 0
+        self.evaluations: list[dict[str, float]] = []
+        self.last_summary: dict[str, Any] | None = None
+        self._next_evaluation = config.eval_interval
+        self._returns: deque[float] = deque(maxlen=RETURN_WINDOW)
+        self._returns_lock = threading.Lock()
+        self._dataset: Dataset | None = None
+        self._collector: AsyncCollector | None = None
+        self._evaluator: AsyncEval | None = None
+        self._shadow = policy_copy(algorithm.policy)  # what the collector publishes: loaded from snapshots
+        self._version_offset = 0
+        #: The last version the collection was told of: its episodes' lags count from it.
+        self.synced_version = policy_group.version
+        self._clocks: dict[str, ThreadClock] = {}
+
+    # ---------------------------------------------------------------------------------------------- the seed API
+
+    @abstractmethod
+    def rollout(self) -> None:
+        """Collect experience from the environments into the buffer."""
+
+    @abstractmethod
+    def update_dataset(self) -> None:
+        """Prepare the dataset of the next train step from the buffer."""
+
+    @abstractmethod
+    def train(self) -> None:
+        """Train the policy on the prepared dataset."""
+
+    @abstractmethod
+    def evaluate(self) -> None:
+        """Evaluate the current weights on the evaluation environments (results in :attr:`evaluations`)."""
+
+    @abstractmethod
+    def run(self) -> dict[str, Any]:
+        """
+        Train until the configured budget is spent.
+
+        :return: The timing summary (also logged and, with ``verbose``, printed).
+        """
+
+    def warm_up(self) -> None:
+        """
+        Init and dummy run for constructing the data flow: starts the workers, collects one rollout (on-policy) or
+        episode (off-policy) and, once there is enough data, trains one step and publishes it. The data and the
+        step are real: they count in the run.
+        """
+        self._open()
+        self._rollout_step()
+        if self._wait_for_data(timeout=0):
+            self._dataset = self._prepare_dataset()
+            self._train_step()
+            self._publish()
+
+    # ------------------------------------------------------------------------------------------------- counters
+
+    @property
+    def train_steps(self) -> int:
+        """Train steps done (across resumed runs)."""
+        return self.policy_group.version
+
+    @property
+    def num_timesteps(self) -> int:
+        """Environment steps the policy was trained on (the algorithm's ``num_timesteps``)."""
+        return self.policy_group.algorithm.num_timesteps
+
+    def finished(self) -> bool:
+        """:return: Whether the configured budget is spent."""
+        config = self.config
+        if config.total_env_steps is not None:
+            return self.num_timesteps >= config.total_env_steps
+        assert config.train_epochs is not None
+        return self.train_steps >= config.train_epochs
+
+    def close(self) -> None:
+        """Stop the collection and evaluation workers. Idempotent; the next :meth:`run` starts them again."""
+        collector, evaluator = self._collector, self._evaluator
+        self._collector = self._evaluator = None
+        try:
+            if evaluator is not None:
+                evaluator.close()
+        finally:
+            if collector is not None:
+                collector.close()
+
+    # ------------------------------------------------------------------------------------- one step of each phase
+
+    @property
+    def collector(self) -> AsyncCollector:
+        """The running collection (started by :meth:`warm_up` or :meth:`run`)."""
+        if self._collector is None:
+            raise RuntimeError("the engine's collection is not running: call warm_up() or run()")
+        return self._collector
+
+    def _lockstep_steps(self) -> int | None:
+        """:return: Each environment's steps per rollout if rollouts are collected in lockstep; None if not."""
+        return None
+
+    def _open(self) -> None:
+        if self._collector is not None:
+            return
+        policy_group = self.policy_group
+        # Episode seeds restart from index 0 in every collection: a resumed run derives them from where it resumes.
+        base_seed = int(np.random.SeedSequence([self.seed, self.collected_steps]).generate_state(1)[0])
+        load_flat_weights(acting_module(self._shadow), policy_group.latest.acting)
+        self._version_offset = self.synced_version = policy_group.version  # the collection counts from its start
+        self._collector = self.env_group.start_collector(
+            self._shadow,
+            policy_group.acting_spec(base_seed, self._lockstep_steps()),
+            Progress(self.collected_steps),
+            policy_group.rollout_spec(),
+            max_policy_lag=self.config.max_policy_lag,
+            weight_sync_interval=self.config.weight_sync_interval,
+        )
+        if self.config.eval_interval is not None:
+            try:
+                self._evaluator = self.env_group.start_evaluator(
+                    policy_group.algorithm.policy, self.config.eval_episodes
+                )
+                self._evaluator.seed(self.seed)
+            except BaseException:
+                self.close()
+                raise
+
+    def _rollout_step(self) -> None:
+        """Take the next rollout (on-policy) or episode (off-policy) of the collection into the buffer."""
+        collector = self.collector
+        buffer = self.buffer
+        if isinstance(buffer, RolloutQueue):
+            rollout = collector.next_rollout()
+            buffer.put(rollout)
+            episodes = rollout.episodes
+        else:
+            assert isinstance(buffer, ReplayData)
+            episode = collector.next_episode()
+            buffer.add_episode(episode)
+            episodes = [episode]
+        self.collected_steps += sum(episode.length for episode in episodes)
+        with self._returns_lock:
+            self._returns.extend(episode.episode_return for episode in episodes)
+
+    def _steps_for_next_gradient_step(self) -> int:
+        assert self.replay_ratio is not None
+        learning_starts = self.policy_group.learning_starts
+        steps = learning_starts + math.ceil((self.gradient_steps + 1) / self.replay_ratio)
+        while gradient_steps_owed(steps, learning_starts, self.replay_ratio, self.gradient_steps) < 1:
+            steps += 1  # floating-point rounding
+        return steps
+
+    def _wait_for_data(self, timeout: float) -> bool:
+        """:return: Whether the buffer holds the data of a train step (waits up to ``timeout`` seconds)."""
+        buffer = self.buffer
+        if isinstance(buffer, RolloutQueue):
+            return buffer.wait_for_rollout(timeout)
+        assert isinstance(buffer, ReplayData)
+        return buffer.wait_for_steps(self._steps_for_next_gradient_step(), timeout)
+
+    def _prepare_dataset(self) -> Dataset:
+        """:return: The next train step's data (after :meth:`_wait_for_data` said it is there)."""
+        buffer = self.buffer
+        if isinstance(buffer, RolloutQueue):
+            rollout = buffer.take()
+            return Dataset(rollout.buffer, self.num_timesteps + rollout.length)
+        assert isinstance(buffer, ReplayData) and self.replay_ratio is not None
+        collected = buffer.collected_steps
+        owed = gradient_steps_owed(collected, self.policy_group.learning_starts, self.replay_ratio, self.gradient_steps)
+        algorithm: Any = self.policy_group.algorithm
+        batches = buffer.draw(owed, self.batch_size, env=algorithm._vec_normalize_env)
+        self.gradient_steps += owed
+        return Dataset(batches, collected)
+
+    def _train_step(self) -> None:
+        """Train on the prepared dataset; log and checkpoint when due."""
+        dataset = self._dataset
+        assert dataset is not None
+        self._dataset = None
+        policy_group = self.policy_group
+        policy_group.algorithm.num_timesteps = dataset.env_steps
+        config = self.config
+        if config.total_env_steps is not None:
+            policy_group.set_progress(1.0 - dataset.env_steps / config.total_env_steps)
+        else:
+            assert config.train_epochs is not None
+            policy_group.set_progress(1.0 - self.train_steps / config.train_epochs)
+        policy_group.train_step(dataset.data, config.batch_size)
+        if self.train_steps % config.log_interval == 0:
+            self._dump_logs()
+        if config.checkpoint_interval is not None and self.train_steps % config.checkpoint_interval == 0:
+            assert config.checkpoint_folder is not None
+            self.save_checkpoint(Path(config.checkpoint_folder) / f"train_step_{self.train_steps}")
+
+    def _publish(self) -> bool:
+        """
+        Publish the latest weights to the workers (within the configured interval, once they read the last ones).
+
+        :return: Whether the workers were sent the latest weights.
+        """
+        snapshot = self.policy_group.latest
+        collector = self.collector
+        load_flat_weights(acting_module(self._shadow), snapshot.acting)
+        version = snapshot.version - self._version_offset
+        collector.sync(version, Progress(self.collected_steps))
+        self.synced_version = snapshot.version
+        return collector.board.version >= version
+
+    def _evaluation_due(self) -> bool:
+        return self._next_evaluation is not None and self.collected_steps >= self._next_evaluation
+
+    def _evaluate(self, snapshot: WeightsSnapshot) -> None:
+        """Evaluate the weights of ``snapshot`` through AsyncEval; the mean and spread of the returns go in
+        :attr:`evaluations` (and, on the next dump, the logger)."""
+        evaluator = self._evaluator
+        interval = self.config.eval_interval
+        assert evaluator is not None and interval is not None and self._next_evaluation is not None
+        at_steps = self.collected_steps
+        evaluator.send_jobs(snapshot.policy[None], 1)
+        ((_, (returns, _lengths)),) = evaluator.get_results()
+        returns = np.atleast_1d(np.asarray(returns, dtype=float))
+        self.evaluations.append(
+            {
+                "env_steps": at_steps,
+                "train_steps": snapshot.version,
+                "mean_return": float(returns.mean()),
+                "std_return": float(returns.std()),
+            }
+        )
+        while self._next_evaluation <= at_steps:
+            self._next_evaluation += interval
+
+    def _dump_logs(self) -> None:
+        logger = self.logger
+        logger.record("time/train_steps", self.train_steps)
+        logger.record("time/collected_steps", self.collected_steps)
+        with self._returns_lock:
+            returns = list(self._returns)
+        if returns:
+            logger.record("rollout/ep_rew_mean", float(np.mean(returns)))
+        if self.evaluations:
+            last = self.evaluations[-1]
+            logger.record("eval/mean_reward", last["mean_return"])
+            logger.record("eval/std_reward", last["std_return"])
+        logger.dump(self.num_timesteps)
+
+    def recent_mean_return(self) -> float:
+        """:return: Mean return of the last episodes collected (NaN before the first)."""
+        with self._returns_lock:
+            return float(np.mean(self._returns)) if self._returns else float("nan")
+
+    def _summarise(self, title: str, wall_seconds: float, collected_steps: int, train_steps: int) -> dict[str, Any]:
+        summary = timing_summary(wall_seconds, self._clocks, collected_steps, train_steps, self.collector.profile())
+        record_summary(self.logger, summary, self.num_timesteps)
+        if self.config.verbose:
+            print(format_summary(title, summary))
+        self.last_summary = summary
+        return summary
+
+    # ------------------------------------------------------------------------------------------------ checkpoints
+
+    def save_checkpoint(self, folder: Path) -> Path:
+        """
+        Save the algorithm (policy, optimisers), the replay buffer (off-policy) and the engine's counters.
+
+        :param folder: The checkpoint's folder (created).
+        :return: ``folder``.
+        """
+        folder.mkdir(parents=True, exist_ok=True)
+        self.policy_group.save(folder / ALGORITHM_FILE)
+        if isinstance(self.buffer, ReplayData):
+            self.buffer.save(folder / REPLAY_FILE)
+        counters = {
+            "train_steps": self.train_steps,
+            "num_timesteps": self.num_timesteps,
+            "collected_steps": self.collected_steps,
+            "gradient_steps": self.gradient_steps,
+            "next_evaluation": self._next_evaluation,
+            "seed": self.seed,
+        }
+        (folder / COUNTERS_FILE).write_text(json.dumps(counters))
+        return folder
+
+    def load_checkpoint(self, folder: str | Path) -> None:
+        """
+        Continue from a checkpoint of :meth:`save_checkpoint` (before :meth:`run`; the collection restarts).
+
+        :param folder: The checkpoint's folder.
+        """
+        folder = Path(folder)
+        counters_file = folder / COUNTERS_FILE
+        if not counters_file.is_file():
+            raise FileNotFoundError(f"folder {folder} is not a checkpoint: it has no {COUNTERS_FILE}")
+        if self._collector is not None:
+            raise RuntimeError("load_checkpoint() must come before warm_up() or run()")
+        counters = json.loads(counters_file.read_text())
+        self.policy_group.load(folder / ALGORITHM_FILE, counters["train_steps"])
+        if isinstance(self.buffer, ReplayData):
+            self.buffer.load(folder / REPLAY_FILE, counters["collected_steps"])
+        self.policy_group.algorithm.num_timesteps = counters["num_timesteps"]
+        self.collected_steps = counters["collected_steps"]
+        self.gradient_steps = counters["gradient_steps"]
+        self._next_evaluation = counters["next_evaluation"]
+        self.seed = counters["seed"]
+
+    def _clock(self, phase: str) -> ThreadClock:
+        return self._clocks.setdefault(phase, ThreadClock())

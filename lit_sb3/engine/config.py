@@ -1,0 +1,97 @@
+"""The engine's configuration: how long to train, how fresh the data must be, when to evaluate and checkpoint."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+#: SB3 logger outputs the engine can write.
+LOG_FORMATS = frozenset({"stdout", "log", "csv", "json", "tensorboard"})
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """
+    What an engine run does (the typed counterpart of the reference's ``MainConfig``).
+
+    :param total_env_steps: Stop once this many environment steps were trained on (exactly one of it and
+        ``train_epochs``).
+    :param train_epochs: Stop after this many train steps.
+    :param batch_size: Minibatch size of a train step; None keeps the algorithm's.
+    :param max_policy_lag: Largest allowed policy lag, in train steps: episodes begun by weights older than this
+        when they are assembled are dropped (counted); an on-policy rollout then waits for one more train step.
+        None for no bound.
+    :param replay_ratio: Off-policy: gradient steps per environment step; None takes the algorithm's
+        (``gradient_steps / train_freq``).
+    :param weight_sync_interval: Least seconds between two weight publications to the workers.
+    :param eval_interval: Evaluate every this many environment steps (on separate environments, while training
+        goes on); None never evaluates.
+    :param eval_episodes: Episodes of an evaluation.
+    :param checkpoint_interval: Save a checkpoint every this many train steps; None saves none.
+    :param checkpoint_folder: Where checkpoints go (needed with ``checkpoint_interval``).
+    :param seed: Seed of the episodes' resets and the workers' random draws; None draws one.
+    :param log_folder: Folder of the SB3 logger's files (csv, TensorBoard); None writes files nowhere.
+    :param log_formats: SB3 logger outputs (``stdout``, ``log``, ``csv``, ``json``, ``tensorboard``); the
+        file formats need ``log_folder``.
+    :param log_interval: Dump the logger every this many train steps.
+    :param verbose: Print the timing summary at the end of :meth:`run`.
+    """
+
+    total_env_steps: int | None = None
+    train_epochs: int | None = None
+    batch_size: int | None = None
+    max_policy_lag: int | None = 4
+    replay_ratio: float | None = None
+    weight_sync_interval: float = 0.0
+    eval_interval: int | None = None
+    eval_episodes: int = 10
+    checkpoint_interval: int | None = None
+    checkpoint_folder: str | Path | None = None
+    seed: int | None = None
+    log_folder: str | Path | None = None
+    log_formats: tuple[str, ...] = ("stdout",)
+    log_interval: int = 1
+    verbose: bool = True
+
+    def __post_init__(self) -> None:
+        if (self.total_env_steps is None) == (self.train_epochs is None):
+            raise ValueError("give exactly one of total_env_steps and train_epochs")
+        for name in ("total_env_steps", "train_epochs", "batch_size", "eval_interval", "checkpoint_interval"):
+            _check_optional_positive_int(name, getattr(self, name))
+        _check_positive_int("eval_episodes", self.eval_episodes)
+        _check_positive_int("log_interval", self.log_interval)
+        if self.max_policy_lag is not None and (not _is_int(self.max_policy_lag) or self.max_policy_lag < 0):
+            raise ValueError(f"max_policy_lag must be a non-negative int or None, got {self.max_policy_lag!r}")
+        if self.replay_ratio is not None and not (_is_number(self.replay_ratio) and self.replay_ratio > 0):
+            raise ValueError(f"replay_ratio must be a positive number or None, got {self.replay_ratio!r}")
+        if not (_is_number(self.weight_sync_interval) and self.weight_sync_interval >= 0):
+            raise ValueError(
+                f"weight_sync_interval must be a non-negative number of seconds, got {self.weight_sync_interval!r}"
+            )
+        if self.checkpoint_interval is not None and self.checkpoint_folder is None:
+            raise ValueError("checkpoint_interval needs a checkpoint_folder")
+        if self.seed is not None and (not _is_int(self.seed) or self.seed < 0):
+            raise ValueError(f"seed must be a non-negative int or None, got {self.seed!r}")
+        unknown = set(self.log_formats) - LOG_FORMATS
+        if isinstance(self.log_formats, str) or unknown:
+            raise ValueError(f"log_formats must be a tuple of {sorted(LOG_FORMATS)}, got {self.log_formats!r}")
+        if self.log_folder is None and set(self.log_formats) - {"stdout"}:
+            raise ValueError(f"log_formats {self.log_formats!r} write files: give a log_folder")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _check_positive_int(name: str, value: object) -> None:
+    if not _is_int(value) or value < 1:  # type: ignore[operator]
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+def _check_optional_positive_int(name: str, value: object) -> None:
+    if value is not None:
+        _check_positive_int(name, value)

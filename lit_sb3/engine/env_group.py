@@ -1,0 +1,119 @@
+"""The engine's environments: the worker pool that collects episodes, and the evaluation workers."""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable, Sequence
+
+import gymnasium as gym
+from stable_baselines3.common.policies import BasePolicy
+from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
+
+from lit_sb3.agents.collector import AsyncCollector, RolloutSpec
+from lit_sb3.agents.episodes import ActingSpec, Progress
+from lit_sb3.envs.multi_env import IndexableMultiEnv
+from lit_sb3.vec_env.async_eval import AsyncEval
+from lit_sb3.workers.threads import ThreadBackend
+
+#: Where the workers run.
+BACKENDS = ("processes", "threads")
+
+
+class EnvGroup:
+    """
+    The environments of an engine, run by a pool of episode workers (the collector of the gradient agents).
+
+    :param env_fns: One factory per environment, each returning a gymnasium ``Env`` (picklable by cloudpickle).
+    :param backend: ``"processes"`` (local worker processes) or ``"threads"`` (worker threads of this process).
+    :param n_workers: Number of collection workers; by default one process per core (at most one per
+        environment), or one thread.
+    :param max_episodes_in_buffer: Most finished episodes buffered at once across the workers.
+    :param max_restarts: Dead workers replaced before the run fails.
+    :param eval_env_fn: Factory of the evaluation environment; by default ``env_fns[0]``.
+    :param n_eval_workers: Number of evaluation workers.
+    """
+
+    def __init__(
+        self,
+        env_fns: Sequence[Callable[[], gym.Env]],
+        *,
+        backend: str = "processes",
+        n_workers: int | None = None,
+        max_episodes_in_buffer: int = 8,
+        max_restarts: int = 3,
+        eval_env_fn: Callable[[], gym.Env] | None = None,
+        n_eval_workers: int = 1,
+    ) -> None:
+        self.env = IndexableMultiEnv(env_fns)  # checks env_fns
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        for name, value in (("n_workers", n_workers), ("max_episodes_in_buffer", max_episodes_in_buffer)):
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if not isinstance(n_eval_workers, int) or isinstance(n_eval_workers, bool) or n_eval_workers < 1:
+            raise ValueError(f"n_eval_workers must be a positive int, got {n_eval_workers!r}")
+        if not isinstance(max_restarts, int) or isinstance(max_restarts, bool) or max_restarts < 0:
+            raise ValueError(f"max_restarts must be a non-negative int, got {max_restarts!r}")
+        if eval_env_fn is not None and not callable(eval_env_fn):
+            raise TypeError(f"eval_env_fn must be callable (returning a gymnasium Env), got {type(eval_env_fn)!r}")
+        self.backend = backend
+        use_mp = backend == "processes"
+        self.n_workers = n_workers or (min(self.env.num_envs, os.cpu_count() or 1) if use_mp else 1)
+        self.max_episodes_in_buffer = max_episodes_in_buffer
+        self.max_restarts = max_restarts
+        self.eval_env_fn = eval_env_fn or self.env.env_fns[0]
+        self.n_eval_workers = n_eval_workers
+
+    @property
+    def num_envs(self) -> int:
+        """Number of collection environments."""
+        return self.env.num_envs
+
+    def start_collector(
+        self,
+        policy: BasePolicy,
+        spec: ActingSpec,
+        progress: Progress,
+        rollout: RolloutSpec | None,
+        *,
+        max_policy_lag: int | None,
+        weight_sync_interval: float,
+    ) -> AsyncCollector:
+        """
+        :param policy: The policy whose weights are published (copied to the workers).
+        :param spec: How workers act.
+        :param progress: The trainer's progress now.
+        :param rollout: On-policy: how rollouts are built; None for off-policy.
+        :param max_policy_lag: Episodes older than this many versions when assembled are dropped; None for no bound.
+        :param weight_sync_interval: Least seconds between two weight publications.
+        :return: The started collection.
+        """
+        return AsyncCollector(
+            self.env,
+            policy,
+            spec,
+            progress,
+            rollout=rollout,
+            use_mp=self.backend == "processes",
+            n_workers=self.n_workers,
+            max_episodes_in_buffer=self.max_episodes_in_buffer,
+            queue_put_timeout=None,
+            weight_sync_interval=weight_sync_interval,
+            max_policy_lag=max_policy_lag,
+            max_restarts=self.max_restarts,
+        )
+
+    def start_evaluator(self, policy: BasePolicy, n_episodes: int) -> AsyncEval:
+        """
+        :param policy: The policy whose flat weight vectors are evaluated.
+        :param n_episodes: Episodes per evaluation.
+        :return: Evaluation workers of the same backend as the collection.
+        """
+        backend = ThreadBackend() if self.backend == "threads" else None
+        envs_fn: list[Callable[[], VecEnv]] = [functools.partial(_vec_env, self.eval_env_fn)] * self.n_eval_workers
+        return AsyncEval(envs_fn, policy, n_eval_episodes=n_episodes, backend=backend)
+
+
+def _vec_env(env_fn: Callable[[], gym.Env]) -> VecEnv:
+    return DummyVecEnv([env_fn])

@@ -1,0 +1,85 @@
+"""Bad input is refused before any work starts, with an error naming the argument."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import gymnasium as gym
+import pytest
+from stable_baselines3 import PPO, SAC
+
+from engine.helpers import small_ppo_engine
+from lit_sb3.engine import (
+    AsyncRLEngine,
+    DataBuffer,
+    EngineConfig,
+    EnvGroup,
+    PolicyGroup,
+    ReplayData,
+    RolloutQueue,
+    SyncRLEngine,
+)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({}, "exactly one of total_env_steps and train_epochs"),
+        ({"total_env_steps": 10, "train_epochs": 10}, "exactly one of total_env_steps and train_epochs"),
+        ({"total_env_steps": 0}, "total_env_steps must be a positive int"),
+        ({"train_epochs": 2.5}, "train_epochs must be a positive int"),
+        ({"total_env_steps": 10, "batch_size": 0}, "batch_size"),
+        ({"total_env_steps": 10, "max_policy_lag": -1}, "max_policy_lag"),
+        ({"total_env_steps": 10, "replay_ratio": 0}, "replay_ratio"),
+        ({"total_env_steps": 10, "weight_sync_interval": -1}, "weight_sync_interval"),
+        ({"total_env_steps": 10, "eval_episodes": 0}, "eval_episodes"),
+        ({"total_env_steps": 10, "checkpoint_interval": 5}, "checkpoint_interval needs a checkpoint_folder"),
+        ({"total_env_steps": 10, "seed": -3}, "seed"),
+        ({"total_env_steps": 10, "log_formats": ("stdout", "xml")}, "log_formats"),
+        ({"total_env_steps": 10, "log_formats": ("csv",)}, "give a log_folder"),
+    ],
+)
+def test_a_bad_config_names_the_argument(fields: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        EngineConfig(**fields)
+
+
+def test_a_bad_env_group_names_the_argument() -> None:
+    env_fns = [partial(gym.make, "CartPole-v1")]
+    with pytest.raises(ValueError, match="backend must be one of"):
+        EnvGroup(env_fns, backend="cluster")
+    with pytest.raises(ValueError, match="n_workers"):
+        EnvGroup(env_fns, n_workers=0)
+    with pytest.raises(ValueError, match="max_restarts"):
+        EnvGroup(env_fns, max_restarts=-1)
+    with pytest.raises(TypeError, match="env_fns"):
+        EnvGroup("CartPole-v1")  # type: ignore[arg-type]
+
+
+def test_the_parts_must_fit_together() -> None:
+    group = EnvGroup([partial(gym.make, "CartPole-v1")], backend="threads")
+    model = PPO("MlpPolicy", group.env, n_steps=16, batch_size=16)
+    config = EngineConfig(total_env_steps=100)
+    with pytest.raises(TypeError, match="policy_group must be a PolicyGroup"):
+        AsyncRLEngine(config, group, model, RolloutQueue())  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="buffer must be a RolloutQueue for PPO"):
+        SyncRLEngine(config, group, PolicyGroup(model), ReplayData(SAC("MlpPolicy", "Pendulum-v1").replay_buffer))  # type: ignore[arg-type]
+    pendulum = EnvGroup([partial(gym.make, "Pendulum-v1")], backend="threads")
+    with pytest.raises(ValueError, match="spaces"):
+        AsyncRLEngine(config, pendulum, PolicyGroup(model), DataBuffer.for_algorithm(model))
+    with pytest.raises(TypeError, match="algorithm must be a Stable-Baselines3"):
+        PolicyGroup("PPO")  # type: ignore[arg-type]
+
+
+def test_a_spent_budget_is_refused_before_the_workers_start() -> None:
+    engine = small_ppo_engine(AsyncRLEngine, total_env_steps=None, train_epochs=1)
+    engine.run()
+    with pytest.raises(ValueError, match="budget of the config is spent"):
+        engine.run()
+
+
+def test_a_missing_checkpoint_names_the_folder(tmp_path: Any) -> None:
+    engine = small_ppo_engine(SyncRLEngine)
+    with pytest.raises(FileNotFoundError, match="is not a checkpoint"):
+        engine.load_checkpoint(tmp_path)

@@ -1,0 +1,158 @@
+"""The engines train for real: timing summary, warm-up, evaluation through AsyncEval, checkpoints and resume."""
+
+from __future__ import annotations
+
+import csv
+import json
+from functools import partial
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch as th
+from stable_baselines3 import PPO, SAC
+from stable_baselines3.common.evaluation import evaluate_policy
+from stable_baselines3.common.monitor import Monitor
+from torch.nn.utils import parameters_to_vector
+
+from engine.helpers import engine_threads, rl_zoo_ppo, small_ppo_engine, small_sac_engine, worker_processes
+from lit_sb3.engine import AsyncRLEngine, DataBuffer, EngineConfig, EnvGroup, PolicyGroup, SyncRLEngine
+from lit_sb3.engine.base import BaseEngine
+
+THREADS = ["rollout", "dataset", "train", "weight_sync", "evaluate"]
+
+
+def weights(model: PPO | SAC) -> np.ndarray:
+    return parameters_to_vector(model.policy.parameters()).detach().numpy().copy()
+
+
+def test_the_timing_summary_is_returned_printed_and_logged(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    engine = small_ppo_engine(
+        AsyncRLEngine, verbose=True, log_folder=tmp_path, log_formats=("csv",), eval_interval=500, eval_episodes=2
+    )
+    summary = engine.run()
+    assert set(summary["threads"]) == set(THREADS)
+    for name, thread in summary["threads"].items():
+        # Every thread is busy or waiting from the start to the end of the run.
+        assert 0.8 * summary["wall_seconds"] <= thread["busy_seconds"] + thread["idle_seconds"], name
+        assert thread["busy_seconds"] + thread["idle_seconds"] <= summary["wall_seconds"] + 0.1, name
+        assert thread["iterations"] >= 1, name
+    assert 1 <= summary["train_steps"] == engine.train_steps <= 2000 // 64 + 1  # rollouts of at least 64 steps
+    assert summary["env_steps"] == engine.collected_steps >= 2000
+    assert summary["env_steps_per_second"] == pytest.approx(summary["env_steps"] / summary["wall_seconds"])
+    assert summary["train_steps_per_second"] == pytest.approx(summary["train_steps"] / summary["wall_seconds"])
+    lag = summary["policy_lag"]
+    assert 0 <= lag["mean"] <= lag["p99"] <= lag["max"] <= 4 + 1  # the config's bound, plus the wait in the buffer
+    printed = capsys.readouterr().out
+    assert "AsyncRLEngine" in printed and all(name in printed for name in THREADS) and "policy lag" in printed
+    with open(tmp_path / "progress.csv") as file:
+        rows = list(csv.DictReader(file))
+    logged = [row for row in rows if row["timing/env_steps_per_second"]]
+    assert len(logged) == 1
+    assert float(logged[0]["timing/env_steps_per_second"]) == pytest.approx(summary["env_steps_per_second"])
+    assert float(logged[0]["timing/policy_lag_max"]) == lag["max"]
+    assert any(row["eval/mean_reward"] for row in rows)
+    assert engine_threads() == []
+
+
+@pytest.mark.parametrize("engine_class", [AsyncRLEngine, SyncRLEngine])
+def test_evaluation_runs_through_async_eval_at_the_interval(engine_class: type[BaseEngine]) -> None:
+    engine = small_ppo_engine(engine_class, total_env_steps=3000, eval_interval=1000, eval_episodes=3)
+    engine.run()
+    evaluations = engine.evaluations
+    assert 1 <= len(evaluations) <= 3
+    steps = [evaluation["env_steps"] for evaluation in evaluations]
+    assert all(at >= (index + 1) * 1000 for index, at in enumerate(steps))  # once per interval of steps
+    assert steps == sorted(set(steps))
+    for evaluation in evaluations:
+        assert 8 <= evaluation["mean_return"] <= 500 and evaluation["std_return"] >= 0  # CartPole returns
+
+
+def test_warm_up_builds_the_data_flow_with_one_real_step() -> None:
+    engine = small_ppo_engine(AsyncRLEngine)
+    engine.warm_up()
+    try:
+        assert engine.train_steps == 1
+        assert engine.num_timesteps == engine.collected_steps >= 64
+    finally:
+        engine.close()
+    engine.run()  # and the run goes on from there
+    assert engine.num_timesteps >= 2000
+
+
+def test_sac_trains_off_policy_at_the_replay_ratio() -> None:
+    engine = small_sac_engine(AsyncRLEngine, total_env_steps=1000)
+    summary = engine.run()
+    assert engine.num_timesteps >= 1000
+    owed = int((engine.num_timesteps - 200) * 0.1)  # learning_starts 200, replay ratio 0.1
+    assert engine.gradient_steps == owed
+    assert engine.policy_group.algorithm._n_updates == owed
+    assert summary["policy_lag"]["max"] <= 4 + 1
+
+
+def test_the_sync_engine_gives_the_same_weights_twice_for_a_seed() -> None:
+    """One worker thread; rollouts in lockstep (acted by the weights one train step behind)."""
+    runs = []
+    for _ in range(2):
+        engine = small_ppo_engine(SyncRLEngine, total_env_steps=1500)
+        summary = engine.run()
+        runs.append(weights(engine.policy_group.algorithm))  # type: ignore[arg-type]
+        assert summary["policy_lag"]["max"] <= 1
+    assert np.array_equal(runs[0], runs[1])
+
+
+class CrashAt100(AsyncRLEngine):
+    """Fails when it starts its 101st train step (a crash after the checkpoint of step 100)."""
+
+    def _train_step(self) -> None:
+        if self.train_steps == 100:
+            raise RuntimeError("crashed on purpose")
+        super()._train_step()
+
+
+def ppo_cartpole_engine(engine_class: type[BaseEngine], checkpoints: Path) -> AsyncRLEngine:
+    group = EnvGroup([partial(gym.make, "CartPole-v1") for _ in range(8)], backend="processes")
+    model = rl_zoo_ppo(group.env)
+    config = EngineConfig(
+        total_env_steps=100_000,
+        seed=0,
+        checkpoint_interval=50,
+        checkpoint_folder=checkpoints,
+        verbose=False,
+        log_formats=(),
+    )
+    engine = engine_class(config, group, PolicyGroup(model), DataBuffer.for_algorithm(model))
+    assert isinstance(engine, AsyncRLEngine)
+    return engine
+
+
+@pytest.mark.timeout(900)  # a real training run: far longer on a loaded machine than on a quiet one
+def test_ppo_resumed_from_a_checkpoint_continues_and_reaches_475_on_cartpole(tmp_path: Path) -> None:
+    """rl-zoo's CartPole hyper-parameters; 100k env steps in all, crashed after train step 100 and resumed."""
+    crashed = ppo_cartpole_engine(CrashAt100, tmp_path)
+    with pytest.raises(RuntimeError, match="crashed on purpose"):
+        crashed.run()
+    checkpoint = tmp_path / "train_step_100"
+    assert sorted(path.name for path in tmp_path.glob("train_step_*")) == ["train_step_100", "train_step_50"]
+    counters = json.loads((checkpoint / "counters.json").read_text())
+
+    resumed = ppo_cartpole_engine(AsyncRLEngine, tmp_path / "resumed")
+    resumed.load_checkpoint(checkpoint)
+    crashed_model, model = crashed.policy_group.algorithm, resumed.policy_group.algorithm
+    assert np.array_equal(weights(model), weights(crashed_model))  # type: ignore[arg-type]
+    optimizer_state = model.policy.optimizer.state_dict()["state"]
+    for index, state in crashed_model.policy.optimizer.state_dict()["state"].items():
+        assert th.equal(optimizer_state[index]["exp_avg"], state["exp_avg"])
+        assert optimizer_state[index]["step"] == state["step"]
+    assert resumed.train_steps == 100 and model._n_updates == crashed_model._n_updates
+    assert resumed.num_timesteps == crashed.num_timesteps == counters["num_timesteps"]
+    assert resumed.collected_steps == counters["collected_steps"] <= crashed.collected_steps
+
+    summary = resumed.run()
+    assert summary["train_steps"] == resumed.train_steps - 100
+    assert resumed.num_timesteps >= 100_000
+    assert (tmp_path / "resumed" / f"train_step_{resumed.train_steps // 50 * 50}").is_dir()
+    mean_return, _ = evaluate_policy(model, Monitor(gym.make("CartPole-v1")), n_eval_episodes=10)
+    assert mean_return >= 475
+    assert worker_processes() == []

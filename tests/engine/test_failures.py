@@ -1,0 +1,99 @@
+"""A failure in any engine thread or worker stops the run and reaches the caller with its traceback, within 2 s;
+nothing is left behind; a worker that dies is replaced and training goes on."""
+
+from __future__ import annotations
+
+import time
+import traceback
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+from stable_baselines3 import PPO
+
+from engine.helpers import engine_threads, small_ppo_engine, small_sac_engine, worker_processes
+from lit_sb3.engine import AsyncRLEngine, DataBuffer, EngineConfig, EnvGroup, PolicyGroup
+from lit_sb3.workers.errors import WorkerError
+
+#: The step method each thread runs, and whose failure the test injects.
+THREAD_STEPS = {
+    "rollout": "_rollout_step",
+    "dataset": "_prepare_dataset",
+    "train": "_train_step",
+    "weight_sync": "_publish",
+    "evaluate": "_evaluate",
+}
+
+
+class BrokenStepError(RuntimeError):
+    """Raised on purpose in an engine thread."""
+
+
+def engine_failing_in(method: str, at_call: int) -> type[AsyncRLEngine]:
+    """:return: An engine whose ``method`` raises on its ``at_call``-th call (remembering when)."""
+
+    class FailingEngine(AsyncRLEngine):
+        calls = 0
+        raised_at = 0.0
+
+        def _fail_or_run(self, *args: Any) -> Any:
+            FailingEngine.calls += 1
+            if FailingEngine.calls == at_call:
+                FailingEngine.raised_at = time.monotonic()
+                raise BrokenStepError(f"{method} broke on purpose")
+            return getattr(AsyncRLEngine, method)(self, *args)
+
+    setattr(FailingEngine, method, FailingEngine._fail_or_run)
+    return FailingEngine
+
+
+@pytest.mark.parametrize("thread", list(THREAD_STEPS))
+@pytest.mark.parametrize("algorithm", ["ppo", "sac"])
+def test_an_exception_in_any_thread_is_raised_from_run_with_its_traceback_within_2_s(
+    thread: str, algorithm: str
+) -> None:
+    engine_class = engine_failing_in(THREAD_STEPS[thread], at_call=3)
+    make = small_ppo_engine if algorithm == "ppo" else small_sac_engine
+    engine = make(engine_class, total_env_steps=10**6, eval_interval=1, eval_episodes=1)
+    with pytest.raises(BrokenStepError, match="broke on purpose") as caught:
+        engine.run()
+    assert time.monotonic() - engine_class.raised_at < 2.0
+    frames = [frame.name for frame in traceback.extract_tb(caught.value.__traceback__)]
+    assert "_fail_or_run" in frames and "_guarded" in frames  # raised in the thread, traceback kept
+    assert engine_threads() == []
+
+
+@pytest.mark.parametrize("backend", ["threads", "processes"])
+def test_an_env_exception_in_a_worker_is_raised_from_run_with_the_worker_traceback_within_2_s(
+    backend: str, tmp_path: Path
+) -> None:
+    from engine.engine_envs import FailingCartPole
+
+    marker = tmp_path / "failed-at"
+    group = EnvGroup([partial(FailingCartPole, fail_at=300, marker=str(marker))], backend=backend)
+    model = PPO("MlpPolicy", group.env, n_steps=16, batch_size=16, n_epochs=1)
+    config = EngineConfig(total_env_steps=10**6, verbose=False, log_formats=())
+    engine = AsyncRLEngine(config, group, PolicyGroup(model), DataBuffer.for_algorithm(model))
+    with pytest.raises(WorkerError, match="the environment broke on purpose") as caught:
+        engine.run()
+    assert time.time() - float(marker.read_text()) < 2.0
+    assert caught.value.exception_type == "RuntimeError"
+    assert "in step" in caught.value.remote_traceback
+    assert engine_threads() == []
+    assert worker_processes() == []
+
+
+def test_a_dead_worker_is_replaced_and_training_goes_on(tmp_path: Path) -> None:
+    from engine.engine_envs import FailingCartPole
+
+    group = EnvGroup(
+        [partial(FailingCartPole, kill_at=200, marker=str(tmp_path / "killed"))], backend="processes", max_restarts=2
+    )
+    model = PPO("MlpPolicy", group.env, n_steps=64, batch_size=64, n_epochs=1)
+    config = EngineConfig(total_env_steps=2000, verbose=False, log_formats=())
+    engine = AsyncRLEngine(config, group, PolicyGroup(model), DataBuffer.for_algorithm(model))
+    summary = engine.run()
+    assert summary["worker_restarts"] == 1
+    assert engine.num_timesteps >= 2000
+    assert worker_processes() == []
