@@ -301,6 +301,11 @@ class RayBackend(Backend):
             else:
                 ray.init(address=address)
             self.started_ray = True
+        try:
+            check_placeable(self._actor_options)
+        except ValueError:
+            self.close_ray()
+            raise
         self._published = _PublishedArrays()
         self._workers: list[RayWorker] = []
         self._boards: dict[int, HeartbeatBoard] = {}
@@ -352,8 +357,13 @@ class RayBackend(Backend):
         self._collector.join()
         for worker in workers:
             worker.release()
+        self.close_ray()
+
+    def close_ray(self) -> None:
+        """Shut Ray down if this backend started it."""
         if self.started_ray:
             ray.shutdown()
+            self.started_ray = False
 
     def _collect(self) -> None:
         """Gather the replies, heartbeats and ends of every actor (the collector thread)."""
@@ -405,6 +415,21 @@ def death_reason(error: ray.exceptions.RayActorError) -> str:
     where = dict(re.findall(r"^\s*(actor_id|pid|ip): (\S+)\s*$", text, re.MULTILINE))
     details = ", ".join(f"{name} {value}" for name, value in where.items())
     return (reason.group(1) if reason else text.splitlines()[0]) + (f" ({details})" if details else "")
+
+
+def check_placeable(options: Mapping[str, Any]) -> None:
+    """
+    :param options: Options of a worker's actor.
+    :raises ValueError: if no node of the cluster has the resources of one actor (Ray would wait for one forever).
+    """
+    wanted = {"CPU": options.get("num_cpus", 0), "GPU": options.get("num_gpus", 0), "memory": options.get("memory", 0)}
+    wanted = {name: amount for name, amount in {**wanted, **options.get("resources", {})}.items() if amount > 0}
+    nodes = [node["Resources"] for node in ray.nodes() if node["Alive"]]
+    if not any(all(node.get(name, 0) >= amount for name, amount in wanted.items()) for node in nodes):
+        raise ValueError(
+            f"worker_resources: no node of the Ray cluster has what one worker asks for ({wanted}); the nodes have "
+            f"{nodes}"
+        )
 
 
 def actor_options(worker_resources: Mapping[str, float] | None) -> dict[str, Any]:

@@ -192,6 +192,8 @@ RAY_BAD_CONSTRUCTION = [
     ({"worker_resources": {"gpu_node": "1"}}, ValueError, r"worker_resources\['gpu_node'\] must be a non-negative"),
     ({"worker_resources": [("num_cpus", 1)]}, TypeError, "worker_resources must be a mapping"),
     ({"ray_address": "auto"}, ValueError, "ray_address='auto' was given, but this process is already connected"),
+    ({"worker_resources": {"num_gpus": 1}}, ValueError, r"no node of the Ray cluster has .*\{'CPU': 1, 'GPU': 1\}"),
+    ({"worker_resources": {"num_cpus": 3}}, ValueError, r"no node of the Ray cluster has .*\{'CPU': 3\}"),
 ]
 
 
