@@ -343,10 +343,14 @@ class BaseEngine(ABC):
             logger.record("eval/std_reward", last["std_return"])
         logger.dump(self.num_timesteps)
 
-    def recent_mean_return(self) -> float:
-        """:return: Mean return of the last episodes collected (NaN before the first)."""
+    def recent_mean_return(self, window: int = RETURN_WINDOW) -> float:
+        """
+        :param window: How many of the last episodes (at most ``RETURN_WINDOW``).
+        :return: Mean return of the last ``window`` episodes collected (NaN before there are as many).
+        """
         with self._returns_lock:
-            return float(np.mean(self._returns)) if self._returns else float("nan")
+            returns = list(self._returns)[-window:]
+        return float(np.mean(returns)) if len(returns) == window else float("nan")
 
     def _summarise(self, title: str, wall_seconds: float, collected_steps: int, train_steps: int) -> dict[str, Any]:
         summary = timing_summary(wall_seconds, self._clocks, collected_steps, train_steps, self.collector.profile())
