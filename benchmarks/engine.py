@@ -11,7 +11,8 @@ shifts hit all of them alike); the table gives medians over the seeds.
   until the mean return of the last 10 episodes reaches -250.
 
 Updates are the algorithm's ``_n_updates`` (PPO: epochs of a train step; SAC: gradient steps). Times run from
-building the model (and its processes) to the end of training. Torch runs one thread everywhere.
+building the model (and its processes) to the end of training, after one warm-up run has started the fork server of
+the worker processes. Torch runs one thread everywhere.
 
 Usage: ``python benchmarks/engine.py`` (about 90 minutes on two cores; ``--quick`` for one seed and a tenth of the
 budgets, a check that it runs).
@@ -127,6 +128,14 @@ def measure_learn(case: Case, configuration: str, seed: int) -> Run:
     return Run(model.num_timesteps, model._n_updates, seconds, run.seconds_to_threshold)
 
 
+def warm_up_processes() -> None:
+    """Start the worker processes' fork server (it imports torch once), so that no configuration pays for it."""
+    group = EnvGroup([partial(gym.make, "CartPole-v1")], backend="processes")
+    model = PPO("MlpPolicy", group.env, n_steps=64, batch_size=64, n_epochs=1)
+    config = EngineConfig(train_epochs=1, verbose=False, log_formats=())
+    AsyncRLEngine(config, group, PolicyGroup(model), DataBuffer.for_algorithm(model)).run()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="one seed, a tenth of the budgets")
@@ -146,6 +155,7 @@ def main() -> None:
         Case("SAC Pendulum-v1, 1 env", SAC, partial(gym.make, "Pendulum-v1"), 1, sac, int(12_000 * scale), -250, 10,
              "threads", ["SB3 learn DummyVecEnv"]),
     ]  # fmt: skip
+    warm_up_processes()
     for seed in seeds:
         for case in cases:
             engines = [f"AsyncRLEngine {case.backend}", f"SyncRLEngine {case.backend}"]
