@@ -95,3 +95,31 @@ def test_a_node_removed_mid_round_loses_no_candidate(ray_cluster: Any, scalar_po
         ae.seed(4)
         ae.send_jobs(weights, 12)
         assert_same(ae.get_results(), expected)
+
+
+def test_ray_address_connects_to_the_cluster_and_close_disconnects(
+    ray_cluster: Any, scalar_policy: LinearPolicy
+) -> None:
+    """How a script runs on a real cluster: not connected yet, it names the cluster's address."""
+    ray.shutdown()  # the fixture's connection; the cluster keeps running
+    try:
+        weights = population(6)
+        with AsyncEval(
+            [scalar_vec_env] * 2,
+            scalar_policy,
+            n_eval_episodes=2,
+            backend="ray",
+            ray_address=ray_cluster.address,
+            worker_resources=ONE_PER_NODE,
+        ) as ae:
+            assert ray.is_initialized()
+            assert len(set(raylet_of_each_actor())) == 2
+            ae.seed(4)
+            ae.send_jobs(weights, 6)
+            results = ae.get_results()
+        assert not ray.is_initialized()  # close() disconnected what it connected
+        assert raylet_of_each_actor() == []
+        assert_same(results, evaluate_locally(scalar_vec_env, scalar_policy, weights, n_rounds=1)[0])
+    finally:
+        if not ray.is_initialized():
+            ray.init(address=ray_cluster.address)
