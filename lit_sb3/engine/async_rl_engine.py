@@ -38,15 +38,19 @@ class AsyncRLEngine(BaseEngine):
     """
     Asynchronous reinforcement learning engine.
 
-    This engine implements asynchronous training where: - Rollout thread: Collects experience from environments.
-    - Dataset thread: Prepares each train step's data from the buffer. - Training thread: Updates policy using
-    collected experience. - Weight update thread: Broadcasts updated weights to the collection workers.
-    - Evaluation thread (with ``eval_interval``): evaluates them on separate environments through AsyncEval.
+    This engine implements asynchronous training where:
+
+    - Rollout thread: Collects experience from environments.
+    - Dataset thread: Prepares each train step's data from the buffer.
+    - Training thread: Updates policy using collected experience.
+    - Weight update thread: Broadcasts updated weights to the collection workers.
+    - Evaluation thread (with ``eval_interval``): Evaluates them on separate environments through AsyncEval.
 
     Episodes begun by weights more than ``max_policy_lag`` train steps old when assembled are dropped (counted in
-    the summary's ``episodes_stale``); an on-policy rollout then waits in the buffer for one train step, so the
-    rollouts trained on are at most ``max_policy_lag + 1`` train steps old. Off-policy, the rollout thread keeps
-    one episode ahead of the train steps (the replay ratio holds whatever the speed of the workers).
+    the summary's ``episodes_stale``). On-policy, a rollout is taken from the collection only when the dataset thread
+    asks for one and the collection was told of the newest weights; it is assembled while the step before it trains,
+    so the rollouts trained on are at most ``max_policy_lag + 1`` train steps old. Off-policy, the rollout thread
+    keeps one episode ahead of the train steps (the replay ratio holds whatever the speed of the workers).
 
     :param config: What the run does.
     :param env_group: The collection (and evaluation) environments.
@@ -69,14 +73,13 @@ class AsyncRLEngine(BaseEngine):
         into the buffer until the coordinator stops.
         """
         clock, coordinator, buffer = self._clock("rollout"), self.coordinator, self.buffer
-        learning_starts = self.policy_group.learning_starts
         while coordinator.is_running():
             with clock.idle():
                 if isinstance(buffer, RolloutQueue):
                     room = buffer.wait_for_room(WAIT_SLICE)
                 else:
                     assert isinstance(buffer, ReplayData)
-                    room = buffer.wait_for_room(EPISODES_AHEAD, learning_starts, WAIT_SLICE)
+                    room = buffer.wait_for_room(EPISODES_AHEAD, self._steps_for_next_gradient_step(), WAIT_SLICE)
                 if room and self.synced_version < self.policy_group.latest.version:
                     # The collection checks episodes' ages against the version it was told of: tell it first.
                     coordinator.wait_for_weights_updated(WAIT_SLICE)

@@ -16,7 +16,6 @@ from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.logger import Logger, configure, make_output_format
 
 from lit_sb3.agents.collector import AsyncCollector, policy_copy
-from lit_sb3.agents.episodes import Progress
 from lit_sb3.agents.weights import acting_module, load_flat_weights
 from lit_sb3.engine.buffer import DataBuffer, ReplayData, RolloutQueue, SampledBatches
 from lit_sb3.engine.config import EngineConfig
@@ -57,9 +56,6 @@ class BaseEngine(ABC):
     :param buffer: A :class:`~lit_sb3.engine.buffer.RolloutQueue` on-policy, a
         :class:`~lit_sb3.engine.buffer.ReplayData` off-policy (``DataBuffer.for_algorithm`` picks it).
     """
-
-    #: Phases with a clock, in the order the summary lists them.
-    phases: tuple[str, ...] = ("rollout", "dataset", "train", "weight_sync", "evaluate")
 
     def __init__(
         self, config: EngineConfig, env_group: EnvGroup, policy_group: PolicyGroup, buffer: DataBuffer
@@ -209,7 +205,7 @@ class BaseEngine(ABC):
         self._collector = self.env_group.start_collector(
             self._shadow,
             policy_group.acting_spec(base_seed, self._lockstep_steps()),
-            Progress(self.collected_steps),
+            policy_group.progress(self.collected_steps),
             policy_group.rollout_spec(),
             max_policy_lag=self.config.max_policy_lag,
             weight_sync_interval=self.config.weight_sync_interval,
@@ -277,13 +273,13 @@ class BaseEngine(ABC):
         assert dataset is not None
         self._dataset = None
         policy_group = self.policy_group
-        policy_group.algorithm.num_timesteps = dataset.env_steps
         config = self.config
         if config.total_env_steps is not None:
             policy_group.set_progress(1.0 - dataset.env_steps / config.total_env_steps)
         else:
             assert config.train_epochs is not None
             policy_group.set_progress(1.0 - self.train_steps / config.train_epochs)
+        policy_group.advance_to(dataset.env_steps)
         policy_group.train_step(dataset.data, config.batch_size)
         if self.train_steps % config.log_interval == 0:
             self._dump_logs()
@@ -301,7 +297,7 @@ class BaseEngine(ABC):
         collector = self.collector
         load_flat_weights(acting_module(self._shadow), snapshot.acting)
         version = snapshot.version - self._version_offset
-        collector.sync(version, Progress(self.collected_steps))
+        collector.sync(version, self.policy_group.progress(self.collected_steps))
         self.synced_version = snapshot.version
         return collector.board.version >= version
 

@@ -176,16 +176,17 @@ class ReplayData(DataBuffer):
         with self._condition:
             return self._condition.wait_for(lambda: self.collected_steps >= steps, timeout)
 
-    def wait_for_room(self, episodes_ahead: int, learning_starts: int, timeout: float) -> bool:
+    def wait_for_room(self, episodes_ahead: int, steps_for_next_draw: int, timeout: float) -> bool:
         """
-        :param episodes_ahead: Episodes allowed in beyond those the last train step drew from.
-        :param learning_starts: Steps collected before training starts (no bound before).
+        :param episodes_ahead: Episodes allowed in beyond those the last draw saw.
+        :param steps_for_next_draw: Collected steps the next train step needs (there is room until they are in).
         :param timeout: Seconds to wait at most.
         :return: Whether another episode may go in.
         """
         with self._condition:
             return self._condition.wait_for(
-                lambda: self.episodes_since_draw <= episodes_ahead or self.collected_steps < learning_starts, timeout
+                lambda: self.episodes_since_draw <= episodes_ahead or self.collected_steps < steps_for_next_draw,
+                timeout,
             )
 
     def draw(self, gradient_steps: int, batch_size: int, env: Any = None) -> SampledBatches:

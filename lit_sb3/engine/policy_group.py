@@ -18,7 +18,7 @@ from torch.nn.utils import parameters_to_vector
 
 from lit_sb3.agents.async_agent import UNSUPPORTED
 from lit_sb3.agents.collector import RolloutSpec
-from lit_sb3.agents.episodes import ActingSpec
+from lit_sb3.agents.episodes import ActingSpec, Progress
 from lit_sb3.agents.weights import acting_module, flat_weights
 
 
@@ -112,6 +112,29 @@ class PolicyGroup:
         return RolloutSpec(
             algorithm.n_steps * algorithm.n_envs, algorithm.gamma, algorithm.gae_lambda, algorithm.device
         )
+
+    def progress(self, collected_steps: int) -> Progress:
+        """
+        :param collected_steps: Environment steps collected so far.
+        :return: What the workers learn of the trainer besides its weights (DQN's epsilon from its schedule).
+        """
+        schedule = getattr(self.algorithm, "exploration_schedule", None)
+        rate = schedule(self.algorithm._current_progress_remaining) if schedule is not None else 0.0
+        return Progress(collected_steps, float(rate))
+
+    def advance_to(self, num_timesteps: int) -> None:
+        """
+        Count the environment steps the next train step trains on, as ``learn()`` does step by step: off-policy,
+        ``_on_step()`` once per new step (DQN's target-network update and epsilon follow it).
+
+        :param num_timesteps: The algorithm's ``num_timesteps`` once it trains on the next dataset.
+        """
+        algorithm = self.algorithm
+        new_steps = num_timesteps - algorithm.num_timesteps
+        algorithm.num_timesteps = num_timesteps
+        if isinstance(algorithm, OffPolicyAlgorithm):
+            for _ in range(new_steps):
+                algorithm._on_step()
 
     def set_progress(self, remaining: float) -> None:
         """

@@ -11,7 +11,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch as th
-from stable_baselines3 import PPO, SAC
+from stable_baselines3 import DQN, PPO, SAC
 from stable_baselines3.common.evaluation import evaluate_policy
 from stable_baselines3.common.monitor import Monitor
 from torch.nn.utils import parameters_to_vector
@@ -91,15 +91,30 @@ def test_sac_trains_off_policy_at_the_replay_ratio() -> None:
     assert summary["policy_lag"]["max"] <= 4 + 1
 
 
-def test_the_sync_engine_gives_the_same_weights_twice_for_a_seed() -> None:
-    """One worker thread; rollouts in lockstep (acted by the weights one train step behind)."""
+def test_the_sync_engine_gives_the_same_weights_twice_for_a_seed_and_others_for_another() -> None:
+    """One worker thread; rollouts in lockstep (acted by the weights one train step behind), resets seeded from the
+    config seed episode by episode."""
     runs = []
-    for _ in range(2):
-        engine = small_ppo_engine(SyncRLEngine, total_env_steps=1500)
+    for seed in (0, 0, 1):
+        engine = small_ppo_engine(SyncRLEngine, total_env_steps=1500, seed=seed)
         summary = engine.run()
         runs.append(weights(engine.policy_group.algorithm))  # type: ignore[arg-type]
         assert summary["policy_lag"]["max"] <= 1
     assert np.array_equal(runs[0], runs[1])
+    assert not np.array_equal(runs[0], runs[2])
+
+
+def test_dqn_explores_on_its_schedule_and_updates_its_target_network() -> None:
+    group = EnvGroup([partial(gym.make, "CartPole-v1")], backend="threads")
+    model = DQN("MlpPolicy", group.env, seed=0, learning_starts=200, target_update_interval=100)
+    target_before = parameters_to_vector(model.q_net_target.parameters()).detach().clone()
+    config = EngineConfig(total_env_steps=2000, seed=0, verbose=False, log_formats=())
+    engine = AsyncRLEngine(config, group, PolicyGroup(model), DataBuffer.for_algorithm(model))
+    engine.run()
+    assert model._n_calls == model.num_timesteps >= 2000  # _on_step once per env step, as learn() does
+    assert model.exploration_rate < model.exploration_initial_eps
+    assert engine.gradient_steps == (model.num_timesteps - 200) // 4  # train_freq 4, one gradient step
+    assert not th.equal(parameters_to_vector(model.q_net_target.parameters()), target_before)
 
 
 class CrashAt100(AsyncRLEngine):

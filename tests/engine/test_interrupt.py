@@ -10,6 +10,8 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 
 SCRIPT = textwrap.dedent(
@@ -20,9 +22,9 @@ SCRIPT = textwrap.dedent(
     import gymnasium as gym
     from stable_baselines3 import PPO
     from engine.helpers import engine_threads, worker_processes
-    from lit_sb3.engine import AsyncRLEngine, DataBuffer, EngineConfig, EnvGroup, PolicyGroup
+    from lit_sb3.engine import AsyncRLEngine, DataBuffer, EngineConfig, EnvGroup, PolicyGroup, SyncRLEngine
 
-    class Announcing(AsyncRLEngine):
+    class Announcing({engine_class}):
         def _train_step(self):
             super()._train_step()
             if self.train_steps == 3:
@@ -39,12 +41,14 @@ SCRIPT = textwrap.dedent(
             print("interrupted", flush=True)
         print("threads", engine_threads(), "workers", worker_processes(), flush=True)
     """
-).format(tests=str(REPO / "tests"))
+)
 
 
-def test_ctrl_c_stops_the_run_and_leaves_no_thread_or_process() -> None:
+@pytest.mark.parametrize("engine_class", ["AsyncRLEngine", "SyncRLEngine"])
+def test_ctrl_c_stops_the_run_and_leaves_no_thread_or_process(engine_class: str) -> None:
+    script = SCRIPT.format(tests=str(REPO / "tests"), engine_class=engine_class)
     process = subprocess.Popen(
-        [sys.executable, "-c", SCRIPT], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO
     )
     try:
         assert process.stdout is not None
