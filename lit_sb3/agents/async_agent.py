@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Mapping
 from typing import Any, TypeVar
 
 import gymnasium as gym
@@ -19,7 +20,15 @@ from stable_baselines3.common.type_aliases import RolloutReturn, TrainFreq
 from stable_baselines3.common.utils import should_collect_more_steps
 from stable_baselines3.common.vec_env import VecEnv, VecNormalize
 
-from lit_sb3.agents.collector import AsyncCollector, RolloutSpec, default_workers, final_info, prepare_workers
+from lit_sb3.agents.collector import (
+    AsyncCollector,
+    RolloutSpec,
+    check_backend_choice,
+    collection_backend,
+    default_workers,
+    final_info,
+    prepare_workers,
+)
 from lit_sb3.agents.episodes import ActingSpec, EpisodePacket, ObservationNormalization, Progress
 from lit_sb3.checks import check_positive_int
 from lit_sb3.envs.multi_env import IndexableMultiEnv
@@ -57,6 +66,9 @@ class _AsyncAgent:
         max_policy_lag: int | None = None,
         max_restarts: int = 3,
         reproducible: bool = False,
+        backend: str | None = None,
+        ray_address: str | None = None,
+        worker_resources: Mapping[str, float] | None = None,
         **kwargs: Any,
     ) -> None:
         if isinstance(env, str):
@@ -88,7 +100,11 @@ class _AsyncAgent:
             raise ValueError(f"max_policy_lag must be a non-negative int or None, got {max_policy_lag!r}")
         if not isinstance(max_restarts, int) or isinstance(max_restarts, bool) or max_restarts < 0:
             raise ValueError(f"max_restarts must be a non-negative int, got {max_restarts!r}")
+        check_backend_choice(use_mp, backend, ray_address=ray_address, worker_resources=worker_resources)
         self.use_mp = use_mp
+        self.backend = backend
+        self.ray_address = ray_address
+        self.worker_resources = worker_resources
         self.max_episodes_in_buffer = max_episodes_in_buffer
         self.queue_put_timeout = queue_put_timeout
         self.n_workers = n_workers
@@ -96,7 +112,7 @@ class _AsyncAgent:
         self.max_policy_lag = max_policy_lag
         self.max_restarts = max_restarts
         self.reproducible = reproducible
-        prepare_workers(use_mp)
+        prepare_workers(use_mp, backend)
         self._collector: AsyncCollector | None = None
         self._weights_version = 0
         self._train_seconds = 0.0
@@ -166,7 +182,13 @@ class _AsyncAgent:
             spec,
             progress,
             rollout=rollout,
-            use_mp=self.use_mp,
+            backend=functools.partial(
+                collection_backend,
+                self.use_mp,
+                self.backend,
+                ray_address=self.ray_address,
+                worker_resources=self.worker_resources,
+            ),
             n_workers=n_workers,
             max_episodes_in_buffer=self.max_episodes_in_buffer,
             queue_put_timeout=self.queue_put_timeout,
@@ -375,8 +397,10 @@ def get_injected_agent(algorithm_class: type[Algorithm]) -> type[Algorithm]:
     room; a finite timeout drops episodes instead, counted), ``n_workers``, ``weight_sync_interval``,
     ``max_policy_lag``, ``max_restarts``, ``reproducible`` (on-policy, with a seed: each rollout is acted by exactly
     the weights one version behind, so two runs give identical weights whatever the timing; see
-    :mod:`lit_sb3.agents.lockstep`). Extra methods: ``get_profiler_report()`` and ``shutdown()``. The
-    environment is an :class:`~lit_sb3.envs.multi_env.IndexableMultiEnv` (or a ``VecNormalize`` around one).
+    :mod:`lit_sb3.agents.lockstep`), ``backend="ray"`` with ``use_mp=True`` (one Ray actor per worker, on this
+    machine or the cluster of ``ray_address``, each with ``worker_resources``; ``pip install lit_sb3[ray]``). Extra
+    methods: ``get_profiler_report()`` and ``shutdown()``. The environment is an
+    :class:`~lit_sb3.envs.multi_env.IndexableMultiEnv` (or a ``VecNormalize`` around one).
 
     :param algorithm_class: An on-policy (PPO, A2C, TRPO...) or off-policy (SAC, TD3, DDPG, DQN, TQC, QR-DQN...)
         algorithm class.

@@ -11,7 +11,7 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +28,8 @@ from lit_sb3.agents.episodes import ActingSpec, EpisodePacket, Progress
 from lit_sb3.agents.lockstep import LockstepEpisodeWorker
 from lit_sb3.agents.weights import WeightBoard, acting_module, flat_weights
 from lit_sb3.envs.multi_env import IndexableMultiEnv
-from lit_sb3.workers.local import LocalBackend, start_fork_server
+from lit_sb3.workers.backend import Backend, make_backend
+from lit_sb3.workers.local import start_fork_server
 from lit_sb3.workers.pool import WorkerPool
 from lit_sb3.workers.stream import Stream
 from lit_sb3.workers.threads import ThreadBackend
@@ -39,6 +40,8 @@ WAIT_SLICE = 0.05
 LAG_WINDOW = 10_000
 #: What the fork server of worker processes imports ahead of them.
 WORKER_PRELOAD = (EpisodeWorker.__module__,)
+#: The profiler's name of each backend.
+BACKEND_LABELS = {"LocalBackend": "processes", "ThreadBackend": "threads", "RayBackend": "ray"}
 
 
 @dataclass(frozen=True)
@@ -120,7 +123,7 @@ class AsyncCollector:
     :param spec: How workers act.
     :param progress: The trainer's progress now.
     :param rollout: On-policy: how rollouts are built; None for off-policy (episodes are handed one ahead).
-    :param use_mp: Workers as processes; threads of this process otherwise.
+    :param backend: Builds the backend workers run on (see :func:`collection_backend`).
     :param n_workers: Number of workers.
     :param max_episodes_in_buffer: Most finished episodes buffered at once, across all workers.
     :param queue_put_timeout: Seconds a finished episode waits for buffer room before it is dropped (counted);
@@ -143,7 +146,7 @@ class AsyncCollector:
         progress: Progress,
         *,
         rollout: RolloutSpec | None,
-        use_mp: bool,
+        backend: Callable[[], Backend],
         n_workers: int,
         max_episodes_in_buffer: int,
         queue_put_timeout: float | None,
@@ -160,26 +163,22 @@ class AsyncCollector:
         self.max_episodes_in_buffer = max_episodes_in_buffer
         self.n_envs = env.num_envs
         self.observation_space, self.action_space = env.observation_space, env.action_space
-        self.board = WeightBoard(flat_weights(acting_module(policy)), weight_sync_interval)
         worker_policy = policy_copy(policy)
         max_envs = math.ceil(self.n_envs / n_workers)
         factories: list[Callable[[], EpisodeWorker]] = [
-            _WorkerFactory(env.env_fns, worker_policy, spec, self.board, max_envs=max_envs, progress=progress)
+            _WorkerFactory(env.env_fns, worker_policy, spec, max_envs=max_envs, progress=progress)
             for _ in range(n_workers)
         ]
-        backend = LocalBackend(preload=WORKER_PRELOAD) if use_mp else ThreadBackend()
-        try:
-            self.pool = WorkerPool(
-                factories,
-                backend=backend,
-                max_restarts=max_restarts,
-                unit_name="episode",
-                stream_capacity=max_episodes_in_buffer,
-                put_timeout=queue_put_timeout,
-            )
-        except BaseException:
-            self.board.close()
-            raise
+        self.pool = WorkerPool(  # closes the backend if it fails
+            factories,
+            backend=backend(),
+            max_restarts=max_restarts,
+            unit_name="episode",
+            stream_capacity=max_episodes_in_buffer,
+            put_timeout=queue_put_timeout,
+        )
+        publishers = (self.pool.backend.array_publisher(), self.pool.backend.array_publisher())
+        self.board = WeightBoard(publishers, weight_sync_interval)
         self.stream: Stream = self.pool.stream_tasks(
             "collect",
             [(index,) for index in range(self.n_envs)],
@@ -235,9 +234,9 @@ class AsyncCollector:
                 future.result()
         read_by_all = all(future.done() for future in self._publications)
         if version > self.board.version and read_by_all:
-            row = self.board.write(version, flat_weights(acting_module(self.policy)))
+            handle = self.board.write(version, flat_weights(acting_module(self.policy)))
             self._publications = [
-                self.pool.call(worker, "sync", version, row, progress, sticky=True)
+                self.pool.call(worker, "sync", version, handle, progress, sticky=True)
                 for worker in range(self.pool.n_workers)
             ]
         elif progress != self._progress:
@@ -295,7 +294,7 @@ class AsyncCollector:
             },
             "transport": {
                 "utilization": self.stream.buffered / self.max_episodes_in_buffer,
-                "backend": "processes" if isinstance(self.pool.backend, LocalBackend) else "threads",
+                "backend": BACKEND_LABELS[type(self.pool.backend).__name__],
                 "env_steps_per_second": sum(self.steps_per_worker) / elapsed if elapsed > 0 else 0.0,
             },
             "policy": {
@@ -473,28 +472,20 @@ class AsyncCollector:
 
 
 class _WorkerFactory:
-    """Builds one episode worker (a class rather than a closure: it pickles the board handle, not the board)."""
+    """Builds one episode worker."""
 
     def __init__(
-        self,
-        env_fns: list[Any],
-        policy: BasePolicy,
-        spec: ActingSpec,
-        board: WeightBoard,
-        *,
-        max_envs: int,
-        progress: Progress,
+        self, env_fns: list[Any], policy: BasePolicy, spec: ActingSpec, *, max_envs: int, progress: Progress
     ) -> None:
         self.env_fns = env_fns
         self.policy = policy
         self.spec = spec
-        self.board = board.handle
         self.max_envs = max_envs
         self.progress = progress
 
     def __call__(self) -> EpisodeWorker:
         worker = EpisodeWorker if self.spec.lockstep_steps is None else LockstepEpisodeWorker
-        return worker(self.env_fns, self.policy, self.spec, self.board, max_envs=self.max_envs, progress=self.progress)
+        return worker(self.env_fns, self.policy, self.spec, max_envs=self.max_envs, progress=self.progress)
 
 
 def policy_copy(policy: BasePolicy) -> BasePolicy:
@@ -508,13 +499,60 @@ def policy_copy(policy: BasePolicy) -> BasePolicy:
     return copied.to("cpu")
 
 
-def prepare_workers(use_mp: bool) -> None:
+def collection_backend(
+    use_mp: bool,
+    backend: str | None,
+    *,
+    ray_address: str | None = None,
+    worker_resources: Mapping[str, float] | None = None,
+) -> Backend:
     """
-    Start what worker processes will be forked from, so that its imports run while the agent is being built.
+    :param use_mp: Whether workers are processes.
+    :param backend: None (threads, or local processes with ``use_mp``) or ``"ray"`` (one Ray actor per worker,
+        with ``use_mp``).
+    :param ray_address: With ``backend="ray"``: the cluster to connect to.
+    :param worker_resources: With ``backend="ray"``: the resources of each worker's actor.
+    :return: The backend the collection's workers run on.
+    """
+    check_backend_choice(use_mp, backend, ray_address=ray_address, worker_resources=worker_resources)
+    if not use_mp:
+        return ThreadBackend()
+    return make_backend(
+        "local" if backend is None else "ray",
+        preload=WORKER_PRELOAD if backend is None else (),
+        ray_address=ray_address,
+        worker_resources=worker_resources,
+    )
 
-    :param use_mp: Whether workers are processes (threads need nothing).
+
+def check_backend_choice(
+    use_mp: bool,
+    backend: str | None,
+    *,
+    ray_address: str | None = None,
+    worker_resources: Mapping[str, float] | None = None,
+) -> None:
     """
-    if use_mp:
+    :raises ValueError: if the choice of workers does not hold together (see :func:`collection_backend`).
+    """
+    if backend not in (None, "ray"):
+        raise ValueError(
+            f"backend must be None (threads, or local processes with use_mp=True) or 'ray', got {backend!r}"
+        )
+    if backend == "ray" and not use_mp:
+        raise ValueError("backend='ray' runs workers as Ray actors, which are processes: pass use_mp=True with it")
+    if backend is None and (ray_address is not None or worker_resources is not None):
+        raise ValueError("ray_address and worker_resources need backend='ray'")
+
+
+def prepare_workers(use_mp: bool, backend: str | None) -> None:
+    """
+    Start what local worker processes will be forked from, so that its imports run while the agent is being built.
+
+    :param use_mp: Whether workers are processes.
+    :param backend: None for local processes (threads and Ray actors need nothing).
+    """
+    if use_mp and backend is None:
         start_fork_server(WORKER_PRELOAD)
 
 

@@ -21,7 +21,8 @@ from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
 from lit_sb3.agents.episodes import ActingSpec, EpisodePacket, Progress, collection_seed
 from lit_sb3.agents.weights import acting_module, load_flat_weights, read_board
 from lit_sb3.workers.app import TaskError, WorkerApp
-from lit_sb3.workers.shared_array import OpenedArrays, SharedArrayHandle
+from lit_sb3.workers.arrays import ArrayHandle
+from lit_sb3.workers.shared_array import OpenedArrays
 
 #: Steps an ``advance`` runs at most before the worker reads its messages (weights, cancels, credit).
 STEPS_PER_ADVANCE = 32
@@ -63,7 +64,6 @@ class EpisodeWorker(WorkerApp):
     :param env_fns: The factories of every environment of the agent (the worker builds those it is given).
     :param policy: A copy of the trainer's policy.
     :param spec: How to act.
-    :param board: The shared weight board.
     :param max_envs: Most environments the worker runs at once.
     :param progress: The trainer's progress when the worker starts.
     """
@@ -77,7 +77,6 @@ class EpisodeWorker(WorkerApp):
         env_fns: Sequence[Callable[[], gym.Env]],
         policy: BasePolicy,
         spec: ActingSpec,
-        board: SharedArrayHandle,
         *,
         max_envs: int,
         progress: Progress,
@@ -89,8 +88,7 @@ class EpisodeWorker(WorkerApp):
         self.acting = acting_module(self.policy)
         self.spec = spec
         self.max_envs = max_envs
-        self._arrays = OpenedArrays(capacity=1)
-        self._board = self._arrays.get(board)
+        self._arrays = OpenedArrays(capacity=2)  # the trainer publishes through two publications in turn
         self.version = 0
         self.progress = progress
         self._envs: dict[int, gym.Env] = {}
@@ -109,16 +107,16 @@ class EpisodeWorker(WorkerApp):
 
     # ---------------------------------------------------------------------------------------------- control
 
-    def sync(self, version: int | None, row: int | None, progress: Progress) -> int:
+    def sync(self, version: int | None, weights_handle: ArrayHandle | None, progress: Progress) -> int:
         """
-        :param version: Version of new weights on the board, or None.
-        :param row: The board row holding them.
+        :param version: Version of newly published weights, or None.
+        :param weights_handle: Where they were published.
         :param progress: The trainer's progress.
         :return: The version the worker acts with.
         """
         self.progress = progress
-        if version is not None and row is not None and version > self.version:
-            weights = read_board(self._board, row, version)
+        if version is not None and weights_handle is not None and version > self.version:
+            weights = read_board(self._arrays.get(weights_handle), version)
             if weights is not None:
                 load_flat_weights(self.acting, weights)
                 self.version = version
@@ -165,7 +163,6 @@ class EpisodeWorker(WorkerApp):
     def close(self) -> None:
         for env in self._envs.values():
             env.close()
-        self._board = np.empty((0, 0))  # the view goes before its block is closed
         self._arrays.close()
 
     # ---------------------------------------------------------------------------------------------- stepping

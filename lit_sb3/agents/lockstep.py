@@ -24,6 +24,7 @@ from lit_sb3.agents.episode_worker import EpisodeWorker, _Running
 from lit_sb3.agents.episodes import EpisodePacket, Progress, collection_seed
 from lit_sb3.agents.weights import load_flat_weights, read_board
 from lit_sb3.workers.app import TaskError
+from lit_sb3.workers.arrays import ArrayHandle
 
 #: Seconds a worker whose environments all wait for weights sleeps before it reads its messages again.
 IDLE_SLEEP = 0.001
@@ -48,10 +49,10 @@ class LockstepEpisodeWorker(EpisodeWorker):
         self._template = copy.deepcopy(self.policy)
         self._policies: dict[int, BasePolicy] = {0: self.policy}
 
-    def sync(self, version: int | None, row: int | None, progress: Progress) -> int:
+    def sync(self, version: int | None, weights_handle: ArrayHandle | None, progress: Progress) -> int:
         self.progress = progress
-        if version is not None and row is not None and version not in self._policies:
-            weights = read_board(self._board, row, version)
+        if version is not None and weights_handle is not None and version not in self._policies:
+            weights = read_board(self._arrays.get(weights_handle), version)
             if weights is None:  # the trainer waits for every worker before it writes the next version
                 raise RuntimeError(f"weight version {version} was overwritten before this worker read it")
             policy = copy.deepcopy(self._template)

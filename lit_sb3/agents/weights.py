@@ -1,5 +1,5 @@
-"""Publishing the trainer's acting weights to collection workers: two shared buffers, each stamped with the
-version it holds, so a worker never reads a buffer while it is being written."""
+"""Publishing the trainer's acting weights to collection workers: two publications in turn, each stamped with the
+version it holds, so a worker never reads one while it is being written."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import torch as th
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from lit_sb3.workers.shared_array import SharedArray, SharedArrayHandle
+from lit_sb3.workers.arrays import ArrayHandle, ArrayPublisher
 
 
 def acting_module(policy: th.nn.Module) -> th.nn.Module:
@@ -45,66 +45,57 @@ def load_flat_weights(module: th.nn.Module, weights: np.ndarray) -> None:
 
 class WeightBoard:
     """
-    The trainer's side: two rows of ``[version, weights...]`` in shared memory. A new version goes into the row
-    not read last; :meth:`publish` refuses while a worker may still be reading that row (the caller knows, from the
-    workers' acknowledgements, when the previous publication was read by all).
+    The trainer's side: each version goes out with its number in front, through two publishers of the backend in
+    turn (shared memory locally, the object store on Ray), so that what a worker may still be reading is never
+    rewritten: :meth:`write` may be called only once every worker acknowledged the previous publication. Workers
+    start with version 0 (the weights of their policy copy).
 
-    :param weights: The first weights (version 0).
-    :param min_interval: Seconds between two publications (a request within it is refused).
+    :param publishers: The backend's two publishers (e.g. ``backend.array_publisher()`` twice).
+    :param min_interval: Seconds between two publications (:meth:`due` says whether the next one may go).
     """
 
-    def __init__(self, weights: np.ndarray, min_interval: float) -> None:
-        self.shared = SharedArray((2, 1 + weights.size), np.float64)
-        self.shared.array[:, 0] = -1
+    def __init__(self, publishers: tuple[ArrayPublisher, ArrayPublisher], min_interval: float) -> None:
+        self._publishers = publishers
+        self._next = 0
         self.min_interval = min_interval
-        self.version = -1
-        self.row = 1
+        self.version = 0
         self.published_at = -np.inf
         self.publications = 0
-        self.write(0, weights)
-
-    @property
-    def handle(self) -> SharedArrayHandle:
-        """What workers open the board with."""
-        return self.shared.handle
 
     def due(self) -> bool:
         """:return: Whether :attr:`min_interval` has passed since the last publication."""
         return time.monotonic() - self.published_at >= self.min_interval
 
-    def write(self, version: int, weights: np.ndarray) -> int:
+    def write(self, version: int, weights: np.ndarray) -> ArrayHandle:
         """
-        Write a new version into the other row (the caller made sure no worker reads it).
+        Publish a new version through the publisher not used last.
 
         :param version: Version of the weights.
         :param weights: The weights.
-        :return: The row written.
+        :return: The handle a worker reads them with (see :func:`read_board`).
         """
-        row = 1 - self.row
-        board = self.shared.array[row]
-        board[0] = -1  # a reader that sees -1 (or another version) knows the row is not what it was told
-        board[1:] = weights
-        board[0] = version
-        self.row, self.version = row, version
+        handle = self._publishers[self._next].publish(np.concatenate([[float(version)], weights]))
+        self._next = 1 - self._next
+        self.version = version
         self.published_at = time.monotonic()
         self.publications += 1
-        return row
+        return handle
 
     def close(self) -> None:
-        """Free the shared memory."""
-        self.shared.close()
+        """Release what was published."""
+        for publisher in self._publishers:
+            publisher.close()
 
 
-def read_board(board: np.ndarray, row: int, version: int) -> np.ndarray | None:
+def read_board(board: np.ndarray, version: int) -> np.ndarray | None:
     """
-    The worker's side: copy a row if it still holds the version the worker was told about.
+    The worker's side: copy published weights if they are still the version the worker was told about.
 
-    :param board: The opened board.
-    :param row: The row named in the message.
+    :param board: The opened publication (``[version, weights...]``).
     :param version: The version named in the message.
-    :return: The weights, or None if the row was rewritten meanwhile (a newer message is on its way).
+    :return: The weights, or None if the publication was rewritten meanwhile (a newer message is on its way).
     """
-    if board[row, 0] != version:
+    if board[0] != version:
         return None
-    weights = board[row, 1:].copy()
-    return weights if board[row, 0] == version else None
+    weights = board[1:].copy()
+    return weights if board[0] == version else None

@@ -10,7 +10,7 @@ import gymnasium as gym
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
 
-from lit_sb3.agents.collector import AsyncCollector, RolloutSpec
+from lit_sb3.agents.collector import AsyncCollector, RolloutSpec, collection_backend
 from lit_sb3.agents.episodes import ActingSpec, Progress
 from lit_sb3.envs.multi_env import IndexableMultiEnv
 from lit_sb3.vec_env.async_eval import AsyncEval
@@ -95,7 +95,7 @@ class EnvGroup:
             spec,
             progress,
             rollout=rollout,
-            use_mp=self.backend == "processes",
+            backend=functools.partial(collection_backend, self.backend == "processes", None),
             n_workers=self.n_workers,
             max_episodes_in_buffer=self.max_episodes_in_buffer,
             queue_put_timeout=None,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 import torch
@@ -179,12 +181,13 @@ def test_vec_normalize_statistics_count_every_collected_observation_once(algorit
     assert np.all(np.abs(env.obs_rms.mean[:2]) <= 1) and env.obs_rms.var[2] > 0.1
 
 
-def reproducible_ppo(use_mp: bool, n_workers: int) -> tuple[np.ndarray, dict]:
+def reproducible_ppo(use_mp: bool, n_workers: int, **backend: Any) -> tuple[np.ndarray, dict]:
     model = get_injected_agent(PPO)(
         "MlpPolicy",
         multi_env("CartPole-v1", 3),
         use_mp=use_mp,
         n_workers=n_workers,
+        **backend,
         reproducible=True,
         seed=3,
         n_steps=64,

@@ -1,0 +1,57 @@
+"""Async episode collection for gradient agents with its workers as Ray actors (``backend="ray"``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("ray", reason="the Ray backend's tests need Ray: pip install 'lit_sb3[ray]'")
+from agents.helpers import multi_env
+from agents.test_async_behaviour import reproducible_ppo
+from stable_baselines3 import PPO, SAC
+
+from lit_sb3.agents.async_agent import get_injected_agent
+
+
+def test_reproducible_ppo_on_ray_actors_gives_the_weights_of_local_processes() -> None:
+    on_ray, report = reproducible_ppo(use_mp=True, n_workers=2, backend="ray")
+    local, _ = reproducible_ppo(use_mp=True, n_workers=2)
+    np.testing.assert_array_equal(on_ray, local)
+    assert report["transport"]["backend"] == "ray"
+    assert report["policy"]["lag_max"] == 1
+    assert report["policy"]["publications"] == report["trainer"]["train_calls"] - 1  # each version but the last
+
+
+def test_sac_collects_on_ray_actors_with_fresh_weights() -> None:
+    model = get_injected_agent(SAC)(
+        "MlpPolicy",
+        multi_env("Pendulum-v1", 2),
+        use_mp=True,
+        backend="ray",
+        n_workers=2,
+        learning_starts=200,
+        batch_size=64,
+        seed=0,
+    )
+    try:
+        model.learn(1200)
+        report = model.get_profiler_report()
+    finally:
+        model.shutdown()
+    assert model.num_timesteps >= 1200
+    assert report["worker"]["steps"][0] > 0 and report["worker"]["steps"][1] > 0
+    assert report["policy"]["publications"] >= 2
+    assert report["policy"]["lag_max"] < report["policy"]["version"]  # workers acted with published weights
+
+
+@pytest.mark.parametrize(
+    ("keywords", "message"),
+    [
+        ({"backend": "ray"}, "pass use_mp=True"),
+        ({"use_mp": True, "backend": "dask"}, "backend must be None"),
+        ({"use_mp": True, "ray_address": "auto"}, "need backend='ray'"),
+    ],
+)
+def test_bad_backend_choices_are_refused_at_construction(keywords: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        get_injected_agent(PPO)("MlpPolicy", multi_env("CartPole-v1", 1), **keywords)
