@@ -3,21 +3,22 @@
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Callable, Sequence
+from typing import Literal
 
 import gymnasium as gym
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
 
-from lit_sb3.agents.collector import AsyncCollector, RolloutSpec, collection_backend
+from lit_sb3.agents.collector import AsyncCollector, RolloutSpec, collection_backend, default_workers
 from lit_sb3.agents.episodes import ActingSpec, Progress
 from lit_sb3.envs.multi_env import IndexableMultiEnv
 from lit_sb3.vec_env.async_eval import AsyncEval
+from lit_sb3.workers.backend import Backend
 from lit_sb3.workers.threads import ThreadBackend
 
 #: Where the workers run.
-BACKENDS = ("processes", "threads")
+BACKENDS = ("processes", "threads", "ray")
 
 
 class EnvGroup:
@@ -25,9 +26,11 @@ class EnvGroup:
     The environments of an engine, run by a pool of episode workers (the collector of the gradient agents).
 
     :param env_fns: One factory per environment, each returning a gymnasium ``Env`` (picklable by cloudpickle).
-    :param backend: ``"processes"`` (local worker processes) or ``"threads"`` (worker threads of this process).
-    :param n_workers: Number of collection workers; by default one process per core (at most one per
-        environment), or one thread.
+    :param backend: ``"processes"`` (local worker processes), ``"threads"`` (worker threads of this process) or
+        ``"ray"`` (one Ray actor per worker, on the Ray instance this process is connected to, else a local one;
+        ``pip install lit_sb3[ray]``).
+    :param n_workers: Number of collection workers; by default one process (or actor) per core but one, which the
+        trainer keeps (at most one per environment), or one thread.
     :param max_episodes_in_buffer: Most finished episodes buffered at once across the workers.
     :param max_restarts: Dead workers replaced before the run fails.
     :param eval_env_fn: Factory of the evaluation environment; by default ``env_fns[0]``.
@@ -58,8 +61,7 @@ class EnvGroup:
         if eval_env_fn is not None and not callable(eval_env_fn):
             raise TypeError(f"eval_env_fn must be callable (returning a gymnasium Env), got {type(eval_env_fn)!r}")
         self.backend = backend
-        use_mp = backend == "processes"
-        self.n_workers = n_workers or (min(self.env.num_envs, os.cpu_count() or 1) if use_mp else 1)
+        self.n_workers = n_workers or default_workers(self.env.num_envs, use_mp=backend != "threads")
         self.max_episodes_in_buffer = max_episodes_in_buffer
         self.max_restarts = max_restarts
         self.eval_env_fn = eval_env_fn or self.env.env_fns[0]
@@ -95,7 +97,9 @@ class EnvGroup:
             spec,
             progress,
             rollout=rollout,
-            backend=functools.partial(collection_backend, self.backend == "processes", None),
+            backend=functools.partial(
+                collection_backend, self.backend != "threads", "ray" if self.backend == "ray" else None
+            ),
             n_workers=self.n_workers,
             max_episodes_in_buffer=self.max_episodes_in_buffer,
             queue_put_timeout=None,
@@ -110,7 +114,11 @@ class EnvGroup:
         :param n_episodes: Episodes per evaluation.
         :return: Evaluation workers of the same backend as the collection.
         """
-        backend = ThreadBackend() if self.backend == "threads" else None
+        backend: Backend | Literal["ray"] | None = None  # local processes
+        if self.backend == "threads":
+            backend = ThreadBackend()
+        elif self.backend == "ray":
+            backend = "ray"
         envs_fn: list[Callable[[], VecEnv]] = [functools.partial(_vec_env, self.eval_env_fn)] * self.n_eval_workers
         return AsyncEval(envs_fn, policy, n_eval_episodes=n_episodes, backend=backend)
 

@@ -1,4 +1,4 @@
-"""Async episode collection for gradient agents with its workers as Ray actors (``backend="ray"``)."""
+"""Async episode collection for gradient agents, and the async engine, with workers as Ray actors."""
 
 from __future__ import annotations
 
@@ -8,9 +8,11 @@ import pytest
 pytest.importorskip("ray", reason="the Ray backend's tests need Ray: pip install 'lit_sb3[ray]'")
 from agents.helpers import multi_env
 from agents.test_async_behaviour import reproducible_ppo
+from engine.helpers import small_ppo_engine
 from stable_baselines3 import PPO, SAC
 
 from lit_sb3.agents.async_agent import get_injected_agent
+from lit_sb3.engine import AsyncRLEngine
 
 
 def test_reproducible_ppo_on_ray_actors_gives_the_weights_of_local_processes() -> None:
@@ -55,3 +57,10 @@ def test_sac_collects_on_ray_actors_with_fresh_weights() -> None:
 def test_bad_backend_choices_are_refused_at_construction(keywords: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         get_injected_agent(PPO)("MlpPolicy", multi_env("CartPole-v1", 1), **keywords)
+
+
+def test_the_async_engine_collects_and_evaluates_on_ray_actors() -> None:
+    engine = small_ppo_engine(AsyncRLEngine, backend="ray", total_env_steps=2000, eval_interval=1000, eval_episodes=2)
+    summary = engine.run()
+    assert summary["env_steps"] >= 2000 and summary["train_steps"] >= 1
+    assert engine.evaluations and all(8 <= evaluation["mean_return"] <= 500 for evaluation in engine.evaluations)
