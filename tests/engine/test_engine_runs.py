@@ -135,7 +135,7 @@ class Watching(AsyncRLEngine):
 
 
 def ppo_cartpole_engine(engine_class: type[BaseEngine], checkpoints: Path) -> AsyncRLEngine:
-    group = EnvGroup([partial(gym.make, "CartPole-v1") for _ in range(8)], backend="processes")
+    group = EnvGroup([partial(gym.make, "CartPole-v1") for _ in range(8)], backend="processes", n_workers=2)
     model = rl_zoo_ppo(group.env)
     config = EngineConfig(
         total_env_steps=100_000,
