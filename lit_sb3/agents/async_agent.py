@@ -27,6 +27,7 @@ from lit_sb3.agents.collector import (
     collection_backend,
     default_workers,
     final_info,
+    one_column_replay_buffer,
     prepare_workers,
 )
 from lit_sb3.agents.episodes import ActingSpec, EpisodePacket, ObservationNormalization, Progress
@@ -278,18 +279,8 @@ class _AsyncOffPolicy(_AsyncAgent):
 
     def _setup_model(self) -> None:
         super()._setup_model()  # type: ignore[misc]
-        replay_buffer = self.replay_buffer
-        if replay_buffer is not None and replay_buffer.n_envs != 1:
-            # Episodes arrive one by one, not in lockstep across environments: one column, one transition at a time.
-            self.replay_buffer = type(replay_buffer)(
-                replay_buffer.buffer_size,
-                replay_buffer.observation_space,
-                replay_buffer.action_space,
-                device=replay_buffer.device,
-                n_envs=1,
-                optimize_memory_usage=replay_buffer.optimize_memory_usage,
-                **getattr(self, "replay_buffer_kwargs", {}),
-            )
+        if self.replay_buffer is not None:
+            self.replay_buffer = one_column_replay_buffer(self.replay_buffer, getattr(self, "replay_buffer_kwargs", {}))
         self._episode: EpisodePacket | None = None
         self._episode_step = 0
 

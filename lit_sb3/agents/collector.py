@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 import torch as th
-from stable_baselines3.common.buffers import RolloutBuffer
+from stable_baselines3.common.buffers import ReplayBuffer, RolloutBuffer
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.running_mean_std import RunningMeanStd
 from stable_baselines3.common.vec_env import VecNormalize
@@ -564,3 +564,23 @@ def default_workers(n_envs: int, use_mp: bool) -> int:
         one thread (threads share the GIL).
     """
     return max(1, min(n_envs, (os.cpu_count() or 1) - 1)) if use_mp else 1
+
+
+def one_column_replay_buffer(replay_buffer: ReplayBuffer, replay_buffer_kwargs: dict[str, Any]) -> ReplayBuffer:
+    """
+    :param replay_buffer: An algorithm's replay buffer.
+    :param replay_buffer_kwargs: The extra arguments it was built with.
+    :return: It, or the same buffer with one environment column: collected episodes arrive one by one, not in
+        lockstep across environments, so their transitions go in one at a time.
+    """
+    if replay_buffer.n_envs == 1:
+        return replay_buffer
+    return type(replay_buffer)(
+        replay_buffer.buffer_size,
+        replay_buffer.observation_space,
+        replay_buffer.action_space,
+        device=replay_buffer.device,
+        n_envs=1,
+        optimize_memory_usage=replay_buffer.optimize_memory_usage,
+        **replay_buffer_kwargs,
+    )

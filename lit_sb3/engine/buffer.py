@@ -15,7 +15,7 @@ from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.save_util import load_from_pkl, save_to_pkl
 from stable_baselines3.common.type_aliases import ReplayBufferSamples
 
-from lit_sb3.agents.collector import Rollout
+from lit_sb3.agents.collector import Rollout, one_column_replay_buffer
 from lit_sb3.agents.episodes import EpisodePacket
 
 
@@ -36,16 +36,9 @@ class DataBuffer:
             return RolloutQueue()
         replay_buffer = algorithm.replay_buffer
         assert replay_buffer is not None
-        if replay_buffer.n_envs != 1:
-            algorithm.replay_buffer = replay_buffer = type(replay_buffer)(
-                replay_buffer.buffer_size,
-                replay_buffer.observation_space,
-                replay_buffer.action_space,
-                device=replay_buffer.device,
-                n_envs=1,
-                optimize_memory_usage=replay_buffer.optimize_memory_usage,
-                **algorithm.replay_buffer_kwargs,
-            )
+        algorithm.replay_buffer = replay_buffer = one_column_replay_buffer(
+            replay_buffer, algorithm.replay_buffer_kwargs
+        )
         return ReplayData(replay_buffer)
 
 
