@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from lit_sb3.checks import check_positive_int
+
 #: SB3 logger outputs the engine can write.
 LOG_FORMATS = frozenset({"stdout", "log", "csv", "json", "tensorboard"})
 
@@ -57,9 +59,10 @@ class EngineConfig:
         if (self.total_env_steps is None) == (self.train_epochs is None):
             raise ValueError("give exactly one of total_env_steps and train_epochs")
         for name in ("total_env_steps", "train_epochs", "batch_size", "eval_interval", "checkpoint_interval"):
-            _check_optional_positive_int(name, getattr(self, name))
-        _check_positive_int("eval_episodes", self.eval_episodes)
-        _check_positive_int("log_interval", self.log_interval)
+            if getattr(self, name) is not None:
+                check_positive_int(name, getattr(self, name))
+        check_positive_int("eval_episodes", self.eval_episodes)
+        check_positive_int("log_interval", self.log_interval)
         if self.max_policy_lag is not None and (not _is_int(self.max_policy_lag) or self.max_policy_lag < 0):
             raise ValueError(f"max_policy_lag must be a non-negative int or None, got {self.max_policy_lag!r}")
         if self.replay_ratio is not None and not (_is_number(self.replay_ratio) and self.replay_ratio > 0):
@@ -85,13 +88,3 @@ def _is_int(value: object) -> bool:
 
 def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _check_positive_int(name: str, value: object) -> None:
-    if not _is_int(value) or value < 1:  # type: ignore[operator]
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-
-
-def _check_optional_positive_int(name: str, value: object) -> None:
-    if value is not None:
-        _check_positive_int(name, value)

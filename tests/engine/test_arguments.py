@@ -27,8 +27,7 @@ from lit_sb3.engine import (
     [
         ({}, "exactly one of total_env_steps and train_epochs"),
         ({"total_env_steps": 10, "train_epochs": 10}, "exactly one of total_env_steps and train_epochs"),
-        ({"total_env_steps": 0}, "total_env_steps must be a positive int"),
-        ({"train_epochs": 2.5}, "train_epochs must be a positive int"),
+        ({"total_env_steps": 0}, "total_env_steps must be at least 1"),
         ({"total_env_steps": 10, "batch_size": 0}, "batch_size"),
         ({"total_env_steps": 10, "max_policy_lag": -1}, "max_policy_lag"),
         ({"total_env_steps": 10, "replay_ratio": 0}, "replay_ratio"),
@@ -43,6 +42,11 @@ from lit_sb3.engine import (
 def test_a_bad_config_names_the_argument(fields: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         EngineConfig(**fields)
+
+
+def test_a_config_count_that_is_not_an_int_names_the_argument() -> None:
+    with pytest.raises(TypeError, match="train_epochs must be an int"):
+        EngineConfig(train_epochs=2.5)  # type: ignore[arg-type]
 
 
 def test_a_bad_env_group_names_the_argument() -> None:
