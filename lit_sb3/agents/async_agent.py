@@ -227,13 +227,10 @@ class _AsyncOnPolicy(_AsyncAgent):
     def collect_rollouts(self, env: VecEnv, callback: BaseCallback, rollout_buffer: Any, n_rollout_steps: int) -> bool:
         collector = self._collector
         if collector is None:
-            spec = ActingSpec(
-                on_policy=True,
-                gamma=self.gamma,
-                use_sde=self.use_sde,
-                sde_sample_freq=self.sde_sample_freq,
-                base_seed=self._base_seed(),
-                normalization=self._normalization(),
+            spec = ActingSpec.for_algorithm(
+                self,  # type: ignore[arg-type]
+                self._base_seed(),
+                self._normalization(),
                 lockstep_steps=n_rollout_steps if self.reproducible else None,
             )
             rollout_spec = RolloutSpec(n_rollout_steps * env.num_envs, self.gamma, self.gae_lambda, self.device)
@@ -296,18 +293,7 @@ class _AsyncOffPolicy(_AsyncAgent):
     ) -> RolloutReturn:
         collector = self._collector
         if collector is None:  # built once: this runs every few env steps (unseeded, the seed draw would repeat)
-            spec = ActingSpec(
-                on_policy=False,
-                gamma=getattr(self, "gamma", 0.99),
-                learning_starts=learning_starts,
-                use_sde=self.use_sde,
-                sde_sample_freq=self.sde_sample_freq,
-                use_sde_at_warmup=self.use_sde_at_warmup,
-                action_noise=action_noise,
-                epsilon_greedy=hasattr(self, "exploration_rate"),
-                base_seed=self._base_seed(),
-                normalization=self._normalization(),
-            )
+            spec = ActingSpec.for_algorithm(self, self._base_seed(), self._normalization())  # type: ignore[arg-type]
             collector = self._start_collector(spec, self._progress(), None)
         replay_buffer = self.replay_buffer if self.replay_buffer is not None else replay_buffer
         n_envs = env.num_envs

@@ -16,6 +16,7 @@ from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.logger import Logger, configure, make_output_format
 
 from lit_sb3.agents.collector import AsyncCollector, policy_copy
+from lit_sb3.agents.episodes import ActingSpec
 from lit_sb3.agents.weights import acting_module, load_flat_weights
 from lit_sb3.engine.buffer import DataBuffer, ReplayData, RolloutQueue, SampledBatches
 from lit_sb3.engine.config import EngineConfig
@@ -204,7 +205,7 @@ class BaseEngine(ABC):
         self._version_offset = self.synced_version = policy_group.version  # the collection counts from its start
         self._collector = self.env_group.start_collector(
             self._shadow,
-            policy_group.acting_spec(base_seed, self._lockstep_steps()),
+            ActingSpec.for_algorithm(policy_group.algorithm, base_seed, lockstep_steps=self._lockstep_steps()),
             policy_group.progress(self.collected_steps),
             policy_group.rollout_spec(),
             max_policy_lag=self.config.max_policy_lag,

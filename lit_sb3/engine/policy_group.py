@@ -18,7 +18,7 @@ from torch.nn.utils import parameters_to_vector
 
 from lit_sb3.agents.async_agent import UNSUPPORTED
 from lit_sb3.agents.collector import RolloutSpec
-from lit_sb3.agents.episodes import ActingSpec, Progress
+from lit_sb3.agents.episodes import Progress
 from lit_sb3.agents.weights import acting_module, flat_weights
 
 
@@ -75,34 +75,6 @@ class PolicyGroup:
             raise ValueError("train_freq in episodes has no fixed replay ratio: give EngineConfig.replay_ratio")
         steps = algorithm.gradient_steps if algorithm.gradient_steps > 0 else algorithm.train_freq.frequency
         return steps / algorithm.train_freq.frequency
-
-    def acting_spec(self, base_seed: int, lockstep_steps: int | None = None) -> ActingSpec:
-        """
-        :param base_seed: Seed of the episodes' resets and random draws.
-        :param lockstep_steps: On-policy: each environment's steps per rollout for reproducible collection.
-        :return: How workers act, as the algorithm's own ``collect_rollouts`` would.
-        """
-        algorithm: Any = self.algorithm
-        if self.on_policy:
-            return ActingSpec(
-                on_policy=True,
-                gamma=algorithm.gamma,
-                use_sde=algorithm.use_sde,
-                sde_sample_freq=algorithm.sde_sample_freq,
-                base_seed=base_seed,
-                lockstep_steps=lockstep_steps,
-            )
-        return ActingSpec(
-            on_policy=False,
-            gamma=algorithm.gamma,
-            learning_starts=self.learning_starts,
-            use_sde=algorithm.use_sde,
-            sde_sample_freq=algorithm.sde_sample_freq,
-            use_sde_at_warmup=algorithm.use_sde_at_warmup,
-            action_noise=algorithm.action_noise,
-            epsilon_greedy=hasattr(algorithm, "exploration_rate"),
-            base_seed=base_seed,
-        )
 
     def rollout_spec(self) -> RolloutSpec | None:
         """:return: On-policy: how rollouts are built (``n_steps * n_envs`` steps); None off-policy."""
