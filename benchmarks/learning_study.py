@@ -153,14 +153,6 @@ def contrib(task: StudyTask, env: VecEnv, seed: int) -> BaseAlgorithm:
     return sb3_contrib.ARS("LinearPolicy", env, seed=seed, **task.ars)
 
 
-def sample_std(task: StudyTask, env: VecEnv, seed: int) -> BaseAlgorithm:
-    # The sample standard deviation of 2 * n_top returns is the population one times sqrt(2n / (2n - 1)): the same
-    # as dividing the learning rate by that factor.
-    n_returns = 2 * task.ars["n_top"]
-    learning_rate = task.ars["learning_rate"] / np.sqrt(n_returns / (n_returns - 1))
-    return ARS("LinearPolicy", env, seed=seed, **{**task.ars, "learning_rate": learning_rate})
-
-
 def cmaes(task: StudyTask, env: VecEnv, seed: int) -> BaseAlgorithm:
     return CMAES("LinearPolicy", env, seed=seed, zero_policy=True, sigma0=0.1, pop_size=32)
 
@@ -178,7 +170,7 @@ CONFIGS: dict[str, Config] = {
     "contrib-ars-lit": Config(contrib),
     "contrib-ars-own": Config(contrib, async_eval="sb3-contrib"),
     "ars-contrib-merge": Config(contrib_merge),
-    "ars-sample-std": Config(sample_std),
+    "ars-sample-std": Config(ours(return_std_ddof=1)),
     "ars-no-clip": Config(ours(), clip_obs=1e6),
     "ars-update-every-3": Config(ours(normalization_update_interval=3)),
     "ars-update-every-10": Config(ours(normalization_update_interval=10)),

@@ -20,8 +20,10 @@ class ARS(PopulationAlgorithm):
 
     Each round evaluates the policy weights plus and minus ``n_delta`` Gaussian directions, keeps the ``n_top``
     directions whose better return is highest, and steps along them by the return differences, with a step size
-    scaled by the standard deviation of the returns used (the population standard deviation, as in the paper's code;
-    sb3-contrib's sample standard deviation makes its steps ``sqrt(2 * n_top / (2 * n_top - 1))`` times smaller).
+    scaled by the standard deviation of the returns used: by default the population standard deviation, as in the
+    paper's code; ``return_std_ddof=1`` takes the sample one, as sb3-contrib does (its steps are
+    ``sqrt(2 * n_top / (2 * n_top - 1))`` times smaller, 1.41 at ``n_top=1``), so hyper-parameters tuned for
+    sb3-contrib's ARS take the same steps.
     ARS V1 as is; V2 (observation normalisation) with the environment wrapped in
     ``VecNormalize(norm_reward=False)``. Hyper-parameter names and defaults are those of
     sb3-contrib's ARS, so its configurations (keyword arguments, as rl-zoo passes them) run unchanged.
@@ -42,6 +44,8 @@ class ARS(PopulationAlgorithm):
     :param alive_bonus_offset: Constant added to the reward at each step, used to cancel out alive bonuses.
     :param n_eval_episodes: Number of episodes to evaluate each candidate.
     :param normalization_update_interval: Rounds between two updates of the observation normalisation (V2).
+    :param return_std_ddof: Delta degrees of freedom of the standard deviation of the returns that scales the step
+        (``numpy.std``'s ``ddof``): 0 for the population one (the paper's code), 1 for the sample one (sb3-contrib).
     :param policy_kwargs: Keyword arguments to pass to the policy on creation.
     :param stats_window_size: Window size of the episode statistics buffer (``ep_info_buffer``).
     :param tensorboard_log: The log location for TensorBoard (if None, no logging).
@@ -64,6 +68,7 @@ class ARS(PopulationAlgorithm):
         alive_bonus_offset: float = 0,
         n_eval_episodes: int = 1,
         normalization_update_interval: int = 1,
+        return_std_ddof: int = 0,
         policy_kwargs: dict[str, Any] | None = None,
         stats_window_size: int = 100,
         tensorboard_log: str | None = None,
@@ -77,6 +82,8 @@ class ARS(PopulationAlgorithm):
             n_top = n_delta
         check_positive_int("n_top", n_top)
         check_positive_int("normalization_update_interval", normalization_update_interval)
+        if return_std_ddof not in (0, 1) or isinstance(return_std_ddof, bool):
+            raise ValueError(f"return_std_ddof must be 0 (population std) or 1 (sample std), got {return_std_ddof!r}")
         if n_top > n_delta:
             raise ValueError(
                 f"n_top={n_top} is larger than n_delta={n_delta}: the top directions are among the n_delta"
@@ -98,6 +105,7 @@ class ARS(PopulationAlgorithm):
         self.n_delta = n_delta
         self.n_top = n_top
         self.normalization_update_interval = normalization_update_interval
+        self.return_std_ddof = return_std_ddof
         self.pop_size = 2 * n_delta
         self.delta_std = delta_std
         self.delta_std_schedule = checked_schedule("delta_std", delta_std)
@@ -123,7 +131,7 @@ class ARS(PopulationAlgorithm):
         plus_returns, minus_returns = returns[: self.n_delta], returns[self.n_delta :]
         top = np.argsort(-np.maximum(plus_returns, minus_returns), kind="stable")[: self.n_top]
         plus_returns, minus_returns = plus_returns[top], minus_returns[top]
-        return_std = float(np.std(np.concatenate([plus_returns, minus_returns])))
+        return_std = float(np.std(np.concatenate([plus_returns, minus_returns]), ddof=self.return_std_ddof))
         learning_rate = self._scheduled("learning_rate", self.lr_schedule, allow_zero=True)
         # Equal returns everywhere give no direction (and a zero std): no step then.
         step_size = learning_rate / (self.n_top * return_std) if return_std > 0.0 else 0.0

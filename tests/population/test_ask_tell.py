@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch as th
 
-from lit_sb3.population import CMAES, PopulationAlgorithm
+from lit_sb3.population import ARS, CMAES, PopulationAlgorithm
 from lit_sb3.population.es import centered_ranks
 from population.helpers import ALGORITHMS, make_model
 
@@ -93,3 +93,17 @@ def test_tell_needs_a_pending_population_and_one_return_per_candidate(algorithm)
 def test_centered_ranks_share_ties_and_span_minus_half_to_half():
     np.testing.assert_allclose(centered_ranks(np.array([3.0, 1.0, 3.0, 0.0])), [1 / 3, -1 / 6, 1 / 3, -0.5])
     np.testing.assert_allclose(centered_ranks(np.array([5.0, -2.0])), [0.5, -0.5])
+
+
+@pytest.mark.parametrize("ddof", [0, 1])
+def test_ars_steps_along_the_top_directions_scaled_by_the_std_of_their_returns(ddof):
+    model = make_model(ARS, n_delta=3, n_top=2, learning_rate=0.5, delta_std=0.1, return_std_ddof=ddof)
+    centre = model.policy.parameters_to_vector().copy()
+    candidates = model.ask()
+    # Plus returns 4, 1, 3 and minus returns 2, 5, 0.5: the better ones are 4, 5, 3, so directions 1 and 0 are kept.
+    model.tell(np.array([4.0, 1.0, 3.0, 2.0, 5.0, 0.5]))
+    directions = (candidates[:3] - centre) / 0.1
+    differences = np.array([1.0 - 5.0, 4.0 - 2.0])
+    step = 0.5 / (2 * np.std([1.0, 4.0, 5.0, 2.0], ddof=ddof))
+    expected = centre + step * (differences @ directions[[1, 0]])
+    np.testing.assert_allclose(model.policy.parameters_to_vector(), expected, rtol=1e-6, atol=1e-6)

@@ -58,6 +58,7 @@ def test_unsupported_spaces(algorithm, observation_space, action_space, message)
         (ARS, {"n_delta": 4, "n_top": 5}, "n_top=5 is larger than n_delta=4"),
         (ARS, {"n_delta": 0}, "n_delta must be at least 1"),
         (ARS, {"n_top": 0}, "n_top must be at least 1"),
+        (ARS, {"return_std_ddof": 2}, r"return_std_ddof must be 0 \(population std\) or 1 \(sample std\), got 2"),
         (ES, {"pop_size": 1}, r"pop_size must be an even int \(antithetic pairs\) >= 2, got 1"),
         (ES, {"pop_size": 7}, r"pop_size must be an even int \(antithetic pairs\) >= 2, got 7"),
         (ES, {"weight_decay": -1.0}, "weight_decay must be >= 0"),
