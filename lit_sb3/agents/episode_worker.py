@@ -326,24 +326,38 @@ class EpisodeWorker(WorkerApp):
             raise TaskError(run.request_id, run.episode_index) from exc
 
 
-def sample_on_policy(policy: ActorCriticPolicy, observations: th.Tensor) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
+def samples_directly(policy: ActorCriticPolicy) -> bool:
+    """
+    :param policy: An actor-critic policy.
+    :return: Whether :func:`sample_on_policy` draws its actions from the network's outputs: the policy keeps
+        ``ActorCriticPolicy.forward`` and has categorical or diagonal Gaussian actions.
+    """
+    return type(policy).forward is ActorCriticPolicy.forward and type(policy.action_dist) in (
+        CategoricalDistribution,
+        DiagGaussianDistribution,
+    )
+
+
+def sample_on_policy(
+    policy: ActorCriticPolicy, observations: th.Tensor, generator: th.Generator | None = None
+) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
     """
     What ``policy(observations)`` returns (actions, values, log-probabilities), with categorical and diagonal
     Gaussian actions drawn from the network's outputs directly: the ``torch.distributions`` objects cost more than
     the network itself for a few observations (CartPole's 64x64 policy, one observation: 375 us a step through the
-    policy, 178 us this way). The log-probabilities are computed as those distributions compute them. Policies that
-    override ``forward`` and other distributions go through the policy.
+    policy, 178 us this way). The log-probabilities are computed as those distributions compute them. Other
+    policies (see :func:`samples_directly`) go through the policy.
 
     :param policy: The acting policy.
     :param observations: A batch of observations, as tensors.
+    :param generator: Draws the actions (the global generator if None); only where :func:`samples_directly`.
     :return: Actions (shaped as the action space, batched), values and log-probabilities.
     """
-    distribution = policy.action_dist
-    if type(policy).forward is not ActorCriticPolicy.forward or type(distribution) not in (
-        CategoricalDistribution,
-        DiagGaussianDistribution,
-    ):
+    if not samples_directly(policy):
+        if generator is not None:
+            raise TypeError(f"actions of {type(policy).__name__} cannot be drawn from a given generator")
         return policy(observations)
+    distribution = policy.action_dist
     features = policy.extract_features(observations)
     if policy.share_features_extractor:
         latent_pi, latent_vf = policy.mlp_extractor(features)
@@ -354,9 +368,9 @@ def sample_on_policy(policy: ActorCriticPolicy, observations: th.Tensor) -> tupl
     output = policy.action_net(latent_pi)
     if isinstance(distribution, CategoricalDistribution):
         log_probabilities = output - output.logsumexp(dim=-1, keepdim=True)
-        actions = th.multinomial(log_probabilities.exp(), 1).squeeze(-1)
+        actions = th.multinomial(log_probabilities.exp(), 1, generator=generator).squeeze(-1)
         return actions, values, log_probabilities.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
     scale = th.ones_like(output) * policy.log_std.exp()
-    actions = th.normal(output, scale)
+    actions = th.normal(output, scale, generator=generator)
     log_probs = -((actions - output) ** 2) / (2 * scale**2) - scale.log() - math.log(math.sqrt(2 * math.pi))
     return actions, values, log_probs.sum(dim=-1)

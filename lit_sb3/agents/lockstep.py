@@ -20,7 +20,7 @@ import torch as th
 from gymnasium import spaces
 from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
 
-from lit_sb3.agents.episode_worker import EpisodeWorker, _Running
+from lit_sb3.agents.episode_worker import EpisodeWorker, _Running, sample_on_policy, samples_directly
 from lit_sb3.agents.episodes import EpisodePacket, Progress, collection_seed
 from lit_sb3.agents.weights import load_flat_weights, read_board
 from lit_sb3.workers.app import TaskError
@@ -45,6 +45,11 @@ class LockstepEpisodeWorker(EpisodeWorker):
         super().__init__(*args, **kwargs)
         if self.spec.lockstep_steps is None or not isinstance(self.policy, ActorCriticPolicy):
             raise ValueError("lockstep collection needs an on-policy actor-critic policy and a rollout size")
+        if not samples_directly(self.policy):
+            raise ValueError(
+                "lockstep collection draws categorical or diagonal Gaussian actions of ActorCriticPolicy.forward, "
+                f"not those of {type(self.policy).__name__}"
+            )
         self.rollout_steps = self.spec.lockstep_steps
         self._template = copy.deepcopy(self.policy)
         self._policies: dict[int, BasePolicy] = {0: self.policy}
@@ -110,20 +115,12 @@ class LockstepEpisodeWorker(EpisodeWorker):
         return ended or not stepped  # back to the worker loop: deliver the episode, or read the awaited weights
 
     def _act_alone(self, policy: BasePolicy, run: _Running) -> tuple[np.ndarray, np.ndarray, float, float]:
-        assert isinstance(policy, ActorCriticPolicy) and run.generator is not None
+        assert isinstance(policy, ActorCriticPolicy)
         with th.no_grad():
-            observation = policy.obs_to_tensor(run.observation)[0]
-            distribution = policy.get_distribution(observation).distribution
-            if isinstance(distribution, th.distributions.Normal):
-                noise = th.randn(distribution.mean.shape, generator=run.generator)
-                action = distribution.mean + distribution.stddev * noise
-            elif isinstance(distribution, th.distributions.Categorical):
-                action = th.multinomial(distribution.probs, 1, generator=run.generator).squeeze(-1)
-            else:
-                raise TypeError(f"lockstep collection samples Gaussian or categorical actions, not {distribution}")
-            values, log_prob, _ = policy.evaluate_actions(observation, action)
+            observation = th.as_tensor(np.asarray(run.observation)[None])
+            action, value, log_prob = sample_on_policy(policy, observation, run.generator)
         actions = action.numpy()[0]
         env_action = actions
         if isinstance(self.action_space, spaces.Box):
             env_action = np.clip(actions, self.action_space.low, self.action_space.high)
-        return env_action, actions, float(values.flatten()[0]), float(log_prob.flatten()[0])
+        return env_action, actions, float(value.flatten()[0]), float(log_prob.flatten()[0])

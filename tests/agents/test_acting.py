@@ -57,3 +57,26 @@ def test_other_policies_act_through_their_own_forward() -> None:
         policy.action_net.bias.copy_(th.tensor([0.0, 1.0]))
         actions, _, _ = sample_on_policy(policy, th.zeros(1000, 4))
     assert bool((actions == 1).all())  # sampling would pick 0 about 270 times
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+def test_a_given_generator_decides_the_actions_alone(env_id: str) -> None:
+    policy = PPO("MlpPolicy", env_id, n_steps=16, batch_size=16, seed=0).policy
+    observations = th.zeros(256, *policy.observation_space.shape)
+    with th.no_grad():
+        first, _, _ = sample_on_policy(policy, observations, th.Generator().manual_seed(3))
+        th.manual_seed(1)  # the global generator plays no part
+        again, _, _ = sample_on_policy(policy, observations, th.Generator().manual_seed(3))
+        other, _, _ = sample_on_policy(policy, observations, th.Generator().manual_seed(4))
+    assert th.equal(first, again)
+    assert not th.equal(first, other)
+
+
+def test_a_generator_is_refused_for_policies_acting_through_their_own_forward() -> None:
+    class Greedy(ActorCriticPolicy):
+        def forward(self, obs: th.Tensor, deterministic: bool = False) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
+            return super().forward(obs, deterministic=True)
+
+    policy = PPO(Greedy, "CartPole-v1", n_steps=16, batch_size=16, seed=0).policy
+    with pytest.raises(TypeError, match="actions of Greedy cannot be drawn from a given generator"):
+        sample_on_policy(policy, th.zeros(1, 4), th.Generator())
