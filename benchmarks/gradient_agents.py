@@ -14,7 +14,8 @@ the end of ``learn()``. ``lit_sb3 reproducible processes`` is the on-policy mode
 Reference: ``pip install --no-deps async-gym-agents==0.5.0`` in the benchmark's environment (not a dependency of
 lit_sb3); without it its rows are left out. Torch runs one thread everywhere (workers share the cores).
 
-Usage: ``python benchmarks/gradient_agents.py`` (about 40 minutes; ``--quick`` for one seed and small budgets).
+Usage: ``python benchmarks/gradient_agents.py`` (about 40 minutes; ``--quick`` for one seed and small budgets;
+``--only CONFIGURATION ...`` for some rows and their plain SB3 references).
 """
 
 from __future__ import annotations
@@ -166,6 +167,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="one seed, small budgets")
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument(
+        "--only", nargs="+", metavar="CONFIGURATION", help="these configurations and the plain SB3 ones they are to"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     seeds = [0] if args.quick else list(range(args.seeds))
@@ -179,14 +183,25 @@ def main() -> None:
     ]  # fmt: skip
     ours = ["lit_sb3 threads", "lit_sb3 processes"]
     reproducible = ["lit_sb3 reproducible processes"]
-    reference = ["async-gym-agents threads", "async-gym-agents processes"] if reference_available() else []
+    reference = ["async-gym-agents threads", "async-gym-agents processes"]
+    known = [*ours, *reproducible, *reference]
+    unknown = set(args.only or ()) - set(known)
+    if unknown:
+        parser.error(f"--only: unknown configurations {sorted(unknown)}; choose from {known}")
+    if not reference_available():
+        reference = []
     for seed in seeds:
         for case in cases:
             plain = ["SB3 SubprocVecEnv"] if case.name.startswith("PPO sleepy") else ["SB3 DummyVecEnv"]
             if case.name.startswith("PPO CartPole"):
                 plain.append("SB3 SubprocVecEnv")
             on_policy = case.algorithm is PPO
-            for configuration in [*plain, *ours, *(reproducible if on_policy else []), *reference]:
+            compared = [*ours, *(reproducible if on_policy else []), *reference]
+            if args.only is not None:
+                compared = [configuration for configuration in compared if configuration in args.only]
+                if not compared:
+                    continue
+            for configuration in [*plain, *compared]:
                 run = measure(case, configuration, seed)
                 case.results.setdefault(configuration, []).append(run)
                 print(
@@ -200,7 +215,7 @@ def main() -> None:
 def print_table(cases: list[Case]) -> None:
     print("\n| case | configuration | env steps/s | / plain SB3 | time to threshold | limit steps/s |")
     print("|---|---|---|---|---|---|")
-    for case in cases:
+    for case in [case for case in cases if case.results]:
         plain_name = "SB3 SubprocVecEnv" if case.name.startswith("PPO sleepy") else "SB3 DummyVecEnv"
         plain = statistics.median(run.steps_per_second for run in case.results[plain_name])
         limit = statistics.median(run.steps / run.train_seconds for run in case.results[plain_name])
