@@ -122,7 +122,7 @@ class AsyncRLEngine(BaseEngine):
     def sync_weights(self) -> None:
         """Publish each new version of the weights to the collection workers (retrying while they read the last)."""
         clock, coordinator = self._clock("weight_sync"), self.coordinator
-        published = self.train_steps
+        published = self.synced_version  # not train_steps: a train step may end before this thread starts
         while coordinator.is_running():
             behind = published < self.policy_group.latest.version
             with clock.idle():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import time
 from functools import partial
 from pathlib import Path
 
@@ -77,6 +78,19 @@ def test_warm_up_builds_the_data_flow_with_one_real_step() -> None:
         engine.close()
     engine.run()  # and the run goes on from there
     assert engine.num_timesteps >= 2000
+
+
+def test_weights_trained_before_the_weight_sync_thread_starts_still_reach_the_workers() -> None:
+    class LateSync(AsyncRLEngine):
+        def sync_weights(self) -> None:
+            while self.train_steps < 1 and self.coordinator.is_running():  # a train step ends before this starts
+                time.sleep(0.001)
+            super().sync_weights()
+
+    engine = small_ppo_engine(LateSync, total_env_steps=500)
+    summary = engine.run()  # the rollouts wait for the new weights: without them the run would never end
+    assert summary["train_steps"] >= 2
+    assert engine.synced_version >= 1
 
 
 def test_sac_trains_off_policy_at_the_replay_ratio() -> None:
