@@ -4,7 +4,6 @@ hands back every finished episode as a partial result of the environment's strea
 from __future__ import annotations
 
 import copy
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -14,10 +13,10 @@ import gymnasium as gym
 import numpy as np
 import torch as th
 from gymnasium import spaces
-from stable_baselines3.common.distributions import CategoricalDistribution, DiagGaussianDistribution
 from stable_baselines3.common.noise import ActionNoise, VectorizedActionNoise
 from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
 
+from lit_sb3.agents.acting import NumpyActorCritic, sample_on_policy
 from lit_sb3.agents.episodes import ActingSpec, EpisodePacket, Progress, collection_seed
 from lit_sb3.agents.weights import acting_module, load_flat_weights, read_board
 from lit_sb3.workers.app import TaskError, WorkerApp
@@ -97,6 +96,12 @@ class EpisodeWorker(WorkerApp):
         if not isinstance(self.policy.action_space, spaces.Box | spaces.Discrete):
             raise ValueError(f"async collection supports Box and Discrete actions, got {self.policy.action_space}")
         self.action_space: spaces.Space = self.policy.action_space
+        free_running = spec.on_policy and spec.lockstep_steps is None and not spec.use_sde
+        self._numpy_acting = (
+            NumpyActorCritic.for_policy(self.policy)
+            if free_running and isinstance(self.policy, ActorCriticPolicy)
+            else None
+        )
 
     @property
     def slot_count(self) -> int:
@@ -119,6 +124,8 @@ class EpisodeWorker(WorkerApp):
             weights = read_board(self._arrays.get(weights_handle), version)
             if weights is not None:
                 load_flat_weights(self.acting, weights)
+                if self._numpy_acting is not None:
+                    self._numpy_acting.load(weights)
                 self.version = version
                 self._resample_noise()
         return self.version
@@ -241,9 +248,12 @@ class EpisodeWorker(WorkerApp):
     def _act_on_policy(self, observations: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         policy = self.policy
         assert isinstance(policy, ActorCriticPolicy)
-        with th.no_grad():  # a batch of Box or Discrete observations on the CPU: obs_to_tensor's checks add nothing
-            actions_t, values_t, log_probs_t = sample_on_policy(policy, th.as_tensor(observations))
-        actions = actions_t.cpu().numpy()
+        if self._numpy_acting is not None:
+            actions, values, log_probs = self._numpy_acting.act(observations, [run.rng for run in self._running])
+        else:
+            with th.no_grad():  # Box or Discrete observations on the CPU: obs_to_tensor's checks add nothing
+                actions_t, values_t, log_probs_t = sample_on_policy(policy, th.as_tensor(observations))
+            actions, values, log_probs = actions_t.numpy(), values_t.flatten().numpy(), log_probs_t.numpy()
         env_actions = actions
         if isinstance(self.action_space, spaces.Box):
             env_actions = (
@@ -251,7 +261,7 @@ class EpisodeWorker(WorkerApp):
                 if policy.squash_output
                 else np.clip(actions, self.action_space.low, self.action_space.high)
             )
-        return env_actions, actions, values_t.flatten().numpy(), log_probs_t.numpy()
+        return env_actions, actions, values, log_probs
 
     def _act_off_policy(self, observations: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         spec, space = self.spec, self.action_space
@@ -324,53 +334,3 @@ class EpisodeWorker(WorkerApp):
             self._reset(run)
         except Exception as exc:
             raise TaskError(run.request_id, run.episode_index) from exc
-
-
-def samples_directly(policy: ActorCriticPolicy) -> bool:
-    """
-    :param policy: An actor-critic policy.
-    :return: Whether :func:`sample_on_policy` draws its actions from the network's outputs: the policy keeps
-        ``ActorCriticPolicy.forward`` and has categorical or diagonal Gaussian actions.
-    """
-    return type(policy).forward is ActorCriticPolicy.forward and type(policy.action_dist) in (
-        CategoricalDistribution,
-        DiagGaussianDistribution,
-    )
-
-
-def sample_on_policy(
-    policy: ActorCriticPolicy, observations: th.Tensor, generator: th.Generator | None = None
-) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
-    """
-    What ``policy(observations)`` returns (actions, values, log-probabilities), with categorical and diagonal
-    Gaussian actions drawn from the network's outputs directly: the ``torch.distributions`` objects cost more than
-    the network itself for a few observations (CartPole's 64x64 policy, one observation: 375 us a step through the
-    policy, 178 us this way). The log-probabilities are computed as those distributions compute them. Other
-    policies (see :func:`samples_directly`) go through the policy.
-
-    :param policy: The acting policy.
-    :param observations: A batch of observations, as tensors.
-    :param generator: Draws the actions (the global generator if None); only where :func:`samples_directly`.
-    :return: Actions (shaped as the action space, batched), values and log-probabilities.
-    """
-    if not samples_directly(policy):
-        if generator is not None:
-            raise TypeError(f"actions of {type(policy).__name__} cannot be drawn from a given generator")
-        return policy(observations)
-    distribution = policy.action_dist
-    features = policy.extract_features(observations)
-    if policy.share_features_extractor:
-        latent_pi, latent_vf = policy.mlp_extractor(features)
-    else:
-        latent_pi = policy.mlp_extractor.forward_actor(features[0])
-        latent_vf = policy.mlp_extractor.forward_critic(features[1])
-    values = policy.value_net(latent_vf)
-    output = policy.action_net(latent_pi)
-    if isinstance(distribution, CategoricalDistribution):
-        log_probabilities = output - output.logsumexp(dim=-1, keepdim=True)
-        actions = th.multinomial(log_probabilities.exp(), 1, generator=generator).squeeze(-1)
-        return actions, values, log_probabilities.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
-    scale = th.ones_like(output) * policy.log_std.exp()
-    actions = th.normal(output, scale, generator=generator)
-    log_probs = -((actions - output) ** 2) / (2 * scale**2) - scale.log() - math.log(math.sqrt(2 * math.pi))
-    return actions, values, log_probs.sum(dim=-1)

@@ -20,7 +20,8 @@ import torch as th
 from gymnasium import spaces
 from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
 
-from lit_sb3.agents.episode_worker import EpisodeWorker, _Running, sample_on_policy, samples_directly
+from lit_sb3.agents.acting import sample_on_policy, samples_directly
+from lit_sb3.agents.episode_worker import EpisodeWorker, _Running
 from lit_sb3.agents.episodes import EpisodePacket, Progress, collection_seed
 from lit_sb3.agents.weights import load_flat_weights, read_board
 from lit_sb3.workers.app import TaskError

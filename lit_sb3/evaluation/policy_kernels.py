@@ -227,7 +227,7 @@ def mlp_layout(policy: BasePolicy) -> MlpLayout | None:
         return None
     if getattr(policy, "normalize_images", False) and is_image_space(observation_space):
         return None  # torch's preprocessing scales images by 1/255
-    offsets = _parameter_offsets(policy)
+    offsets = parameter_offsets(policy)
     is_box = isinstance(action_space, spaces.Box)
     modules: list[nn.Module] = []
     output: str
@@ -238,12 +238,12 @@ def mlp_layout(policy: BasePolicy) -> MlpLayout | None:
             output = "argmax"
         else:
             return None
-        modules = [policy.pi_features_extractor, *_sequence(policy.mlp_extractor.policy_net), policy.action_net]
+        modules = [policy.pi_features_extractor, *module_sequence(policy.mlp_extractor.policy_net), policy.action_net]
     elif type(policy) is TD3Policy and type(policy.actor) is TD3Actor:
-        modules = [policy.actor.features_extractor, *_sequence(policy.actor.mu)]
+        modules = [policy.actor.features_extractor, *module_sequence(policy.actor.mu)]
         output = "unscale"
     elif type(policy) is SACPolicy and type(policy.actor) is SACActor and not policy.actor.use_sde:
-        modules = [policy.actor.features_extractor, *_sequence(policy.actor.latent_pi), policy.actor.mu]
+        modules = [policy.actor.features_extractor, *module_sequence(policy.actor.latent_pi), policy.actor.mu]
         output = "tanh_unscale"
     elif (direct := _direct_action_modules(policy)) is not None:
         modules = direct
@@ -252,7 +252,7 @@ def mlp_layout(policy: BasePolicy) -> MlpLayout | None:
         return None
     if not isinstance(modules[0], FlattenExtractor):
         return None
-    layers = _dense_layers(modules[1:], offsets)
+    layers = dense_layers(modules[1:], offsets)
     if not layers or layers[0].in_features != int(np.prod(observation_space.shape)):
         return None
     layout = MlpLayout(tuple(layers), output, action_space)
@@ -273,7 +273,7 @@ def _direct_action_modules(policy: BasePolicy) -> list[nn.Module] | None:
     owned = {id(parameter) for module in (features_extractor, action_net) for parameter in module.parameters()}
     if owned != {id(parameter) for parameter in policy.parameters()}:
         return None  # more networks than the action path (e.g. a critic): not this layout
-    return [features_extractor, *_sequence(action_net)]
+    return [features_extractor, *module_sequence(action_net)]
 
 
 #: Random probes of a recognised layout against ``policy.predict``: how many observations, and the tolerance.
@@ -306,11 +306,13 @@ def _reproduces_predict(policy: BasePolicy, layout: MlpLayout) -> bool:
     return bool(np.allclose(actions, expected, rtol=PROBE_TOLERANCE, atol=PROBE_TOLERANCE))
 
 
-def _sequence(module: nn.Module) -> list[nn.Module]:
+def module_sequence(module: nn.Module) -> list[nn.Module]:
+    """:return: The children of a ``Sequential``, or the module alone."""
     return list(module.children()) if isinstance(module, nn.Sequential) else [module]
 
 
-def _parameter_offsets(policy: BasePolicy) -> dict[int, int]:
+def parameter_offsets(policy: nn.Module) -> dict[int, int]:
+    """:return: Where each parameter (by ``id``) starts in the module's flat parameter vector."""
     offsets: dict[int, int] = {}
     position = 0
     for parameter in policy.parameters():
@@ -319,7 +321,12 @@ def _parameter_offsets(policy: BasePolicy) -> dict[int, int]:
     return offsets
 
 
-def _dense_layers(modules: list[nn.Module], offsets: dict[int, int]) -> list[DenseLayer] | None:
+def dense_layers(modules: list[nn.Module], offsets: dict[int, int]) -> list[DenseLayer] | None:
+    """
+    :param modules: Linear layers, each optionally followed by a ReLU or Tanh (identities are skipped).
+    :param offsets: The parameters' offsets (:func:`parameter_offsets`).
+    :return: The dense layers, or None if a module is something else.
+    """
     layers: list[DenseLayer] = []
     for module in modules:
         if isinstance(module, nn.Linear):

@@ -1,6 +1,8 @@
-"""The workers' direct sampling of categorical and Gaussian actions against Stable-Baselines3's distributions."""
+"""The workers' ways of acting (direct torch sampling, numpy maths) against Stable-Baselines3's distributions."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import pytest
@@ -8,7 +10,7 @@ import torch as th
 from stable_baselines3 import PPO
 from stable_baselines3.common.policies import ActorCriticPolicy
 
-from lit_sb3.agents.episode_worker import sample_on_policy
+from lit_sb3.agents.acting import NumpyActorCritic, sample_on_policy
 
 
 @pytest.mark.parametrize(
@@ -80,3 +82,65 @@ def test_a_generator_is_refused_for_policies_acting_through_their_own_forward() 
     policy = PPO(Greedy, "CartPole-v1", n_steps=16, batch_size=16, seed=0).policy
     with pytest.raises(TypeError, match="actions of Greedy cannot be drawn from a given generator"):
         sample_on_policy(policy, th.zeros(1, 4), th.Generator())
+
+
+def numpy_acting_of(env_id: str, **policy_kwargs: Any) -> tuple[ActorCriticPolicy, NumpyActorCritic]:
+    policy = PPO("MlpPolicy", env_id, n_steps=16, batch_size=16, policy_kwargs=policy_kwargs, seed=0).policy
+    acting = NumpyActorCritic.for_policy(policy)
+    assert acting is not None
+    return policy, acting
+
+
+@pytest.mark.parametrize(
+    ("env_id", "policy_kwargs"),
+    [
+        ("CartPole-v1", {}),
+        ("Pendulum-v1", {"share_features_extractor": False}),
+        ("MountainCarContinuous-v0", {"net_arch": [32], "activation_fn": th.nn.ReLU, "log_std_init": -1.0}),
+    ],
+)
+def test_numpy_values_and_log_probabilities_are_those_of_the_policy(env_id: str, policy_kwargs: dict) -> None:
+    policy, acting = numpy_acting_of(env_id, **policy_kwargs)
+    observations = np.random.default_rng(1).normal(size=(64, *policy.observation_space.shape)).astype(np.float32)
+    actions, values, log_probs = acting.act(observations, [np.random.default_rng(seed) for seed in range(64)])
+    with th.no_grad():
+        expected = policy.evaluate_actions(th.as_tensor(observations), th.as_tensor(actions))
+    expected_values, expected_log_probs = expected[0], expected[1]
+    assert actions.shape == (64, *policy.action_space.shape)
+    np.testing.assert_allclose(values, expected_values.flatten().numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(log_probs, expected_log_probs.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_numpy_actions_follow_the_policys_distribution_and_each_episode_generator() -> None:
+    policy, acting = numpy_acting_of("CartPole-v1")
+    with th.no_grad():
+        policy.action_net.weight.zero_()
+        policy.action_net.bias.copy_(th.tensor([0.0, 1.0]))  # p(1) = e / (1 + e)
+    acting.load(th.nn.utils.parameters_to_vector(policy.parameters()).detach().double().numpy())
+    generators = [np.random.default_rng(seed) for seed in range(20_000)]
+    actions, _, _ = acting.act(np.zeros((20_000, 4), np.float32), generators)
+    assert actions.mean() == pytest.approx(np.e / (1 + np.e), abs=0.015)
+    again, _, _ = acting.act(np.zeros((3, 4), np.float32), [np.random.default_rng(seed) for seed in range(3)])
+    np.testing.assert_array_equal(again, actions[:3])
+    pendulum, gaussian = numpy_acting_of("Pendulum-v1")
+    with th.no_grad():
+        pendulum.action_net.weight.zero_()
+        pendulum.action_net.bias.fill_(0.5)
+        pendulum.log_std.fill_(np.log(0.2))
+    gaussian.load(th.nn.utils.parameters_to_vector(pendulum.parameters()).detach().double().numpy())
+    actions, _, _ = gaussian.act(np.zeros((20_000, 3), np.float32), generators)
+    assert actions.mean() == pytest.approx(0.5, abs=0.01)
+    assert actions.std() == pytest.approx(0.2, abs=0.01)
+
+
+def test_policies_of_other_shapes_get_no_numpy_acting() -> None:
+    class Greedy(ActorCriticPolicy):
+        def forward(self, obs: th.Tensor, deterministic: bool = False) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
+            return super().forward(obs, deterministic=True)
+
+    overridden = PPO(Greedy, "CartPole-v1", n_steps=16, batch_size=16, seed=0).policy
+    gsde = PPO("MlpPolicy", "Pendulum-v1", n_steps=16, batch_size=16, use_sde=True, seed=0).policy
+    discrete_observations = PPO("MlpPolicy", "FrozenLake-v1", n_steps=16, batch_size=16, seed=0).policy
+    assert NumpyActorCritic.for_policy(overridden) is None
+    assert NumpyActorCritic.for_policy(gsde) is None
+    assert NumpyActorCritic.for_policy(discrete_observations) is None
