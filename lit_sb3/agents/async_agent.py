@@ -16,10 +16,12 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.noise import ActionNoise
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
+from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.type_aliases import RolloutReturn, TrainFreq
 from stable_baselines3.common.utils import should_collect_more_steps
 from stable_baselines3.common.vec_env import VecEnv, VecNormalize
 
+from lit_sb3.agents.acting import samples_directly
 from lit_sb3.agents.collector import (
     AsyncCollector,
     RolloutSpec,
@@ -135,6 +137,11 @@ class _AsyncAgent:
             raise ValueError("reproducible=True does not support VecNormalize yet (its statistics follow timing)")
         if getattr(self, "use_sde", False):
             raise ValueError("reproducible=True does not support gSDE (its noise is sampled per batch)")
+        if not (isinstance(self.policy, ActorCriticPolicy) and samples_directly(self.policy)):
+            raise ValueError(
+                "reproducible=True draws categorical or diagonal Gaussian actions through ActorCriticPolicy.forward, "
+                f"not those of {type(self.policy).__name__}"
+            )
 
     def shutdown(self) -> None:
         """Stop the collection workers and free their resources (the agent can learn again afterwards)."""

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 from stable_baselines3 import DQN, PPO, SAC, TD3
+from stable_baselines3.common.policies import ActorCriticPolicy
 
 from agents.agent_envs import AlternatingNoise, OddEnv
 from agents.helpers import EpisodeRecorder, multi_env
@@ -218,3 +219,10 @@ def test_reproducible_mode_refuses_what_it_cannot_reproduce() -> None:
         get_injected_agent(PPO)("MlpPolicy", multi_env("CartPole-v1", 1), reproducible=True)
     with pytest.raises(ValueError, match="reproducible=True is for on-policy algorithms"):
         get_injected_agent(SAC)("MlpPolicy", multi_env("Pendulum-v1", 1), reproducible=True, seed=0)
+
+    class Greedy(ActorCriticPolicy):
+        def forward(self, obs: torch.Tensor, deterministic: bool = False) -> Any:
+            return super().forward(obs, deterministic=True)
+
+    with pytest.raises(ValueError, match=r"reproducible=True draws .* not those of Greedy"):
+        get_injected_agent(PPO)(Greedy, multi_env("CartPole-v1", 1), reproducible=True, seed=0)
