@@ -86,14 +86,18 @@ class NumpyActorCritic:
     numpy. Build it with :meth:`for_policy`, which says None for anything else.
 
     :param policy: The policy (its parameters' order is that of the flat weight vectors to :meth:`load`).
+    :param offsets: Where its parameters start in that vector (:func:`parameter_offsets`).
     :param actor: The layers from the observation to the action distribution's parameters.
     :param critic: The layers from the observation to the value.
     """
 
-    def __init__(self, policy: ActorCriticPolicy, actor: list[DenseLayer], critic: list[DenseLayer]) -> None:
+    def __init__(
+        self, policy: ActorCriticPolicy, offsets: dict[int, int], actor: list[DenseLayer], critic: list[DenseLayer]
+    ) -> None:
         self.actor_layers, self.critic_layers = actor, critic
-        self.categorical = isinstance(policy.action_dist, CategoricalDistribution)
-        self.log_std_offset = None if self.categorical else parameter_offsets(policy)[id(policy.log_std)]
+        categorical = isinstance(policy.action_dist, CategoricalDistribution)
+        #: Where the Gaussian's log standard deviations start in the flat weights; None for categorical actions.
+        self.log_std_offset = None if categorical else offsets[id(policy.log_std)]
         self.action_shape = policy.action_space.shape or ()
         self._actor: list[tuple[np.ndarray, np.ndarray | None, str | None]] = []
         self._critic: list[tuple[np.ndarray, np.ndarray | None, str | None]] = []
@@ -122,7 +126,7 @@ class NumpyActorCritic:
         critic = dense_layers([*module_sequence(extractor.value_net), policy.value_net], offsets)
         if not actor or not critic or actor[-1].activation is not None or critic[-1].activation is not None:
             return None
-        acting = cls(policy, actor, critic)
+        acting = cls(policy, offsets, actor, critic)
         if not acting._reproduces(policy):
             return None
         acting.load(th.nn.utils.parameters_to_vector(policy.parameters()).detach().double().numpy())
@@ -149,7 +153,7 @@ class NumpyActorCritic:
         inputs = np.asarray(observations, dtype=np.float32).reshape(len(observations), -1)
         output = _forward(self._actor, inputs)
         values = _forward(self._critic, inputs)[:, 0]
-        if self.categorical:
+        if self.log_std_offset is None:  # categorical
             log_probabilities = output - _logsumexp(output)
             draws = np.array([[generator.random()] for generator in generators], dtype=np.float32)
             cumulative = np.cumsum(np.exp(log_probabilities), axis=1)
