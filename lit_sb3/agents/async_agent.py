@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import gymnasium as gym
@@ -14,35 +15,49 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.buffers import ReplayBuffer
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.noise import ActionNoise
-from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.type_aliases import RolloutReturn, TrainFreq
 from stable_baselines3.common.utils import should_collect_more_steps
 from stable_baselines3.common.vec_env import VecEnv, VecNormalize
 
-from lit_sb3.agents.acting import samples_directly
-from lit_sb3.agents.collector import (
-    AsyncCollector,
-    RolloutSpec,
-    check_backend_choice,
-    collection_backend,
-    default_workers,
-    final_info,
-    one_column_replay_buffer,
-    prepare_workers,
-)
-from lit_sb3.agents.episodes import ActingSpec, EpisodePacket, ObservationNormalization, Progress
 from lit_sb3.checks import check_positive_int
+from lit_sb3.collection import (
+    AsyncCollector,
+    CollectionPlan,
+    EpisodePacket,
+    acting_module,
+    add_transitions,
+    check_supported,
+    final_info,
+    flat_weights,
+    one_column_replay_buffer,
+)
+from lit_sb3.collection.acting import samples_directly
+from lit_sb3.collection.collector import check_backend_choice, collection_backend, default_workers, prepare_workers
 from lit_sb3.envs.multi_env import IndexableMultiEnv
 
 Algorithm = TypeVar("Algorithm", bound=BaseAlgorithm)
 
-#: Algorithms whose collection needs more than observations and actions (recurrent states, action masks).
-UNSUPPORTED = {
-    "RecurrentPPO": "its LSTM states would have to travel with every episode and be replayed in training",
-    "MaskablePPO": "its action masks come from the environment at every step and are not collected",
-}
+
+@dataclass(frozen=True)
+class _Transition:
+    """
+    One step of a collected episode, as the off-policy trainer takes it.
+
+    :param episode: The episode.
+    :param step: The step's index in it.
+    :param info: The step's info dict (the last one completed as ``DummyVecEnv`` and ``Monitor`` do).
+    """
+
+    episode: EpisodePacket
+    step: int
+    info: dict[str, Any]
+
+    @property
+    def done(self) -> bool:
+        """Whether the step ends the episode."""
+        return self.step == self.episode.length - 1
 
 
 class _AsyncAgent:
@@ -117,6 +132,7 @@ class _AsyncAgent:
         self.reproducible = reproducible
         prepare_workers(use_mp, backend)
         self._collector: AsyncCollector | None = None
+        self._plan: CollectionPlan | None = None
         self._weights_version = 0
         self._train_seconds = 0.0
         self._train_calls = 0
@@ -170,7 +186,7 @@ class _AsyncAgent:
 
     def _excluded_save_params(self) -> list[str]:
         # The collection is rebuilt by the next learn(): workers, and the episode under way off-policy.
-        return [*super()._excluded_save_params(), "_collector", "_episode"]  # type: ignore[misc]
+        return [*super()._excluded_save_params(), "_collector", "_plan", "_episode"]  # type: ignore[misc]
 
     def _timed_train(self, train: Any, *args: Any, **kwargs: Any) -> None:
         started = time.monotonic()
@@ -179,17 +195,22 @@ class _AsyncAgent:
         self._train_calls += 1
         self._weights_version += 1
 
-    def _start_collector(self, spec: ActingSpec, progress: Progress, rollout: RolloutSpec | None) -> AsyncCollector:
+    def _start_collector(self) -> AsyncCollector:
         """Start the collection (kept across ``learn()`` calls until :meth:`shutdown`)."""
         env = _multi_env(self.env)
         assert isinstance(env, IndexableMultiEnv)
         n_workers = self.n_workers if self.n_workers is not None else default_workers(env.num_envs, self.use_mp)
+        self._plan = plan = CollectionPlan.for_algorithm(
+            self,  # type: ignore[arg-type]
+            self._base_seed(),
+            lockstep=self.reproducible,
+        )
         self._collector = AsyncCollector(
             env,
             self.policy,
-            spec,
-            progress,
-            rollout=rollout,
+            plan.acting,
+            plan.progress(self.num_timesteps),
+            rollout=plan.rollout,
             backend=functools.partial(
                 collection_backend,
                 self.use_mp,
@@ -204,14 +225,19 @@ class _AsyncAgent:
             max_policy_lag=self.max_policy_lag,
             max_restarts=self.max_restarts,
             vec_normalize=self.env if isinstance(self.env, VecNormalize) else None,
+            initial_version=self._weights_version,
         )
         return self._collector
 
-    def _normalization(self) -> ObservationNormalization | None:
-        env = self.env
-        if isinstance(env, VecNormalize) and env.norm_obs:
-            return ObservationNormalization(env.clip_obs, env.epsilon)
-        return None
+    def _sync(self, collector: AsyncCollector, *, force: bool = False) -> None:
+        """Tell the collection of the trainer's weights and progress."""
+        assert self._plan is not None  # built with the collector
+        collector.sync(
+            self._weights_version, self._acting_weights, self._plan.progress(self.num_timesteps), force=force
+        )
+
+    def _acting_weights(self) -> np.ndarray:
+        return flat_weights(acting_module(self.policy))
 
     def _base_seed(self) -> int:
         # Unseeded agents draw it from numpy's global generator, so that set_random_seed makes runs repeatable.
@@ -232,17 +258,8 @@ class _AsyncOnPolicy(_AsyncAgent):
     _update_info_buffer: Any
 
     def collect_rollouts(self, env: VecEnv, callback: BaseCallback, rollout_buffer: Any, n_rollout_steps: int) -> bool:
-        collector = self._collector
-        if collector is None:
-            spec = ActingSpec.for_algorithm(
-                self,  # type: ignore[arg-type]
-                self._base_seed(),
-                self._normalization(),
-                lockstep_steps=n_rollout_steps if self.reproducible else None,
-            )
-            rollout_spec = RolloutSpec(n_rollout_steps * env.num_envs, self.gamma, self.gae_lambda, self.device)
-            collector = self._start_collector(spec, Progress(self.num_timesteps), rollout_spec)
-        collector.sync(self._weights_version, Progress(self.num_timesteps), force=True)
+        collector = self._collector if self._collector is not None else self._start_collector()
+        self._sync(collector, force=True)
         callback.on_rollout_start()
         rollout = collector.next_rollout()
         self.rollout_buffer = rollout.buffer
@@ -298,30 +315,28 @@ class _AsyncOffPolicy(_AsyncAgent):
         learning_starts: int = 0,
         log_interval: int | None = None,
     ) -> RolloutReturn:
-        collector = self._collector
-        if collector is None:  # built once: this runs every few env steps (unseeded, the seed draw would repeat)
-            spec = ActingSpec.for_algorithm(self, self._base_seed(), self._normalization())  # type: ignore[arg-type]
-            collector = self._start_collector(spec, self._progress(), None)
+        # Built once: this runs every few env steps (unseeded, the seed draw would repeat).
+        collector = self._collector if self._collector is not None else self._start_collector()
         replay_buffer = self.replay_buffer if self.replay_buffer is not None else replay_buffer
         n_envs = env.num_envs
         collected_steps, collected_episodes = 0, 0
         callback.on_rollout_start()
         while should_collect_more_steps(train_freq, collected_steps, collected_episodes):
-            collector.sync(self._weights_version, self._progress())
+            self._sync(collector)
             transitions = [self._next_transition(collector) for _ in range(n_envs)]
-            rewards = [transition[3] for transition in transitions]
-            dones = [transition[4] for transition in transitions]
-            infos = [transition[5] for transition in transitions]
-            new_obs = [transition[1] for transition in transitions]
+            rewards = np.array([transition.episode.rewards[transition.step] for transition in transitions])
+            dones = np.array([transition.done for transition in transitions])
+            infos = [transition.info for transition in transitions]
+            new_obs = np.stack([transition.episode.observations[transition.step + 1] for transition in transitions])
             self.num_timesteps += n_envs
             collected_steps += 1
             callback.update_locals(locals())
             if not callback.on_step():
                 return RolloutReturn(collected_steps * n_envs, collected_episodes, continue_training=False)
             self._update_info_buffer(infos, dones)
-            for observation, next_observation, action, reward, done, info in transitions:
-                replay_buffer.add(
-                    observation[None], next_observation[None], action[None], reward[None], done[None], [info]
+            for transition in transitions:
+                add_transitions(
+                    replay_buffer, transition.episode, range(transition.step, transition.step + 1), transition.info
                 )
             self._update_current_progress_remaining(self.num_timesteps, self._total_timesteps)
             self._on_step()
@@ -334,14 +349,8 @@ class _AsyncOffPolicy(_AsyncAgent):
         callback.on_rollout_end()
         return RolloutReturn(collected_steps * n_envs, collected_episodes, continue_training=True)
 
-    def _progress(self) -> Progress:
-        # DQN's exploration_rate is 0 until its first _on_step(); the schedule tells the rate from the first step on.
-        schedule = getattr(self, "exploration_schedule", None)
-        rate = schedule(self._current_progress_remaining) if schedule is not None else 0.0
-        return Progress(self.num_timesteps, float(rate))
-
-    def _next_transition(self, collector: AsyncCollector) -> tuple[Any, Any, Any, Any, Any, dict[str, Any]]:
-        """:return: The next transition (observation, next observation, action, reward, done, info) of the stream."""
+    def _next_transition(self, collector: AsyncCollector) -> _Transition:
+        """:return: The next transition of the stream."""
         if self._episode is None:
             self._episode = collector.next_episode()
             self._episode_step = 0
@@ -351,15 +360,7 @@ class _AsyncOffPolicy(_AsyncAgent):
         if done:
             self._episode = None
         self._episode_step += 1
-        observations = episode.observations
-        return (
-            observations[step],
-            observations[step + 1],
-            episode.actions[step],
-            episode.rewards[step],
-            np.bool_(done),
-            info,
-        )
+        return _Transition(episode, step, info)
 
     def train(self, gradient_steps: int, batch_size: int = 100) -> None:
         self._timed_train(super().train, gradient_steps, batch_size)  # type: ignore[misc]
@@ -381,7 +382,7 @@ def get_injected_agent(algorithm_class: type[Algorithm]) -> type[Algorithm]:
     room; a finite timeout drops episodes instead, counted), ``n_workers``, ``weight_sync_interval``,
     ``max_policy_lag``, ``max_restarts``, ``reproducible`` (on-policy, with a seed: each rollout is acted by exactly
     the weights one version behind, so two runs give identical weights whatever the timing; see
-    :mod:`lit_sb3.agents.lockstep`), ``backend="ray"`` with ``use_mp=True`` (one Ray actor per worker, on this
+    :mod:`lit_sb3.collection.lockstep`), ``backend="ray"`` with ``use_mp=True`` (one Ray actor per worker, on this
     machine or the cluster of ``ray_address``, each with ``worker_resources``; ``pip install lit_sb3[ray]``). Extra
     methods: ``get_profiler_report()`` and ``shutdown()``. The environment is an
     :class:`~lit_sb3.envs.multi_env.IndexableMultiEnv` (or a ``VecNormalize`` around one).
@@ -390,16 +391,7 @@ def get_injected_agent(algorithm_class: type[Algorithm]) -> type[Algorithm]:
         algorithm class.
     :return: The injected subclass.
     """
-    if not (isinstance(algorithm_class, type) and issubclass(algorithm_class, BaseAlgorithm)):
-        raise TypeError(f"get_injected_agent needs a Stable-Baselines3 algorithm class, got {algorithm_class!r}")
-    for base in algorithm_class.__mro__:
-        if base.__name__ in UNSUPPORTED:
-            raise ValueError(f"{base.__name__} is not supported by async collection: {UNSUPPORTED[base.__name__]}")
-    if issubclass(algorithm_class, OnPolicyAlgorithm):
-        injection: type = _AsyncOnPolicy
-    elif issubclass(algorithm_class, OffPolicyAlgorithm):
-        injection = _AsyncOffPolicy
-    else:
-        raise TypeError(f"{algorithm_class.__name__} is neither an on-policy nor an off-policy algorithm")
+    check_supported(algorithm_class)
+    injection: type = _AsyncOnPolicy if issubclass(algorithm_class, OnPolicyAlgorithm) else _AsyncOffPolicy
     name = f"Async{algorithm_class.__name__}"
     return type(name, (injection, algorithm_class), {"__module__": __name__, "__doc__": algorithm_class.__doc__})

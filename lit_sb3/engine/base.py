@@ -15,9 +15,7 @@ import numpy as np
 from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.logger import Logger, configure, make_output_format
 
-from lit_sb3.agents.collector import AsyncCollector, policy_copy
-from lit_sb3.agents.episodes import ActingSpec
-from lit_sb3.agents.weights import acting_module, load_flat_weights
+from lit_sb3.collection import AsyncCollector, CollectionPlan, policy_copy
 from lit_sb3.engine.buffer import DataBuffer, ReplayData, RolloutQueue, SampledBatches
 from lit_sb3.engine.config import EngineConfig
 from lit_sb3.engine.env_group import EnvGroup
@@ -105,11 +103,8 @@ class BaseEngine(ABC):
         self._returns_lock = threading.Lock()
         self._dataset: Dataset | None = None
         self._collector: AsyncCollector | None = None
+        self._plan: CollectionPlan | None = None
         self._evaluator: AsyncEval | None = None
-        self._shadow = policy_copy(algorithm.policy)  # what the collector publishes: loaded from snapshots
-        self._version_offset = 0
-        #: The last version the collection was told of: its episodes' lags count from it.
-        self.synced_version = policy_group.version
         self._clocks: dict[str, ThreadClock] = {}
 
     # ---------------------------------------------------------------------------------------------- the seed API
@@ -185,15 +180,20 @@ class BaseEngine(ABC):
     # ------------------------------------------------------------------------------------- one step of each phase
 
     @property
+    def synced_version(self) -> int:
+        """The last weight version the collection was told of (its episodes' lags count from it)."""
+        return self.collector.version
+
+    @property
     def collector(self) -> AsyncCollector:
         """The running collection (started by :meth:`warm_up` or :meth:`run`)."""
         if self._collector is None:
             raise RuntimeError("the engine's collection is not running: call warm_up() or run()")
         return self._collector
 
-    def _lockstep_steps(self) -> int | None:
-        """:return: Each environment's steps per rollout if rollouts are collected in lockstep; None if not."""
-        return None
+    def _lockstep(self) -> bool:
+        """:return: Whether rollouts are collected in lockstep (reproducibly)."""
+        return False
 
     def _open(self) -> None:
         if self._collector is not None:
@@ -201,15 +201,14 @@ class BaseEngine(ABC):
         policy_group = self.policy_group
         # Episode seeds restart from index 0 in every collection: a resumed run derives them from where it resumes.
         base_seed = int(np.random.SeedSequence([self.seed, self.collected_steps]).generate_state(1)[0])
-        load_flat_weights(acting_module(self._shadow), policy_group.latest.acting)
-        self._version_offset = self.synced_version = policy_group.version  # the collection counts from its start
+        self._plan = plan = CollectionPlan.for_algorithm(policy_group.algorithm, base_seed, lockstep=self._lockstep())
         self._collector = self.env_group.start_collector(
-            self._shadow,
-            ActingSpec.for_algorithm(policy_group.algorithm, base_seed, lockstep_steps=self._lockstep_steps()),
-            policy_group.progress(self.collected_steps),
-            policy_group.rollout_spec(),
+            policy_copy(policy_group.algorithm.policy),  # no train step runs yet: its weights are the latest's
+            plan,
+            plan.progress(self.collected_steps),
             max_policy_lag=self.config.max_policy_lag,
             weight_sync_interval=self.config.weight_sync_interval,
+            initial_version=policy_group.version,
         )
         if self.config.eval_interval is not None:
             try:
@@ -232,7 +231,7 @@ class BaseEngine(ABC):
         else:
             assert isinstance(buffer, ReplayData)
             episode = collector.next_episode()
-            buffer.add_episode(episode)
+            buffer.add_episode(episode, collector.started_at)
             episodes = [episode]
         self.collected_steps += sum(episode.length for episode in episodes)
         with self._returns_lock:
@@ -296,11 +295,9 @@ class BaseEngine(ABC):
         """
         snapshot = self.policy_group.latest
         collector = self.collector
-        load_flat_weights(acting_module(self._shadow), snapshot.acting)
-        version = snapshot.version - self._version_offset
-        collector.sync(version, self.policy_group.progress(self.collected_steps))
-        self.synced_version = snapshot.version
-        return collector.board.version >= version
+        assert self._plan is not None  # built with the collector
+        collector.sync(snapshot.version, lambda: snapshot.acting, self._plan.progress(self.collected_steps))
+        return collector.board.version >= snapshot.version
 
     def _evaluation_due(self) -> bool:
         return self._next_evaluation is not None and self.collected_steps >= self._next_evaluation

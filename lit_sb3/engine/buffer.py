@@ -8,15 +8,13 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.buffers import ReplayBuffer
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.save_util import load_from_pkl, save_to_pkl
 from stable_baselines3.common.type_aliases import ReplayBufferSamples
 
-from lit_sb3.agents.collector import Rollout, one_column_replay_buffer
-from lit_sb3.agents.episodes import EpisodePacket
+from lit_sb3.collection import EpisodePacket, Rollout, add_transitions, final_info, one_column_replay_buffer
 
 
 class DataBuffer:
@@ -141,21 +139,13 @@ class ReplayData(DataBuffer):
         self.collected_steps = 0
         self.episodes_since_draw = 0
 
-    def add_episode(self, episode: EpisodePacket) -> None:
-        """:param episode: A finished episode; its transitions go in as ``OffPolicyAlgorithm._store_transition``."""
-        last = episode.length - 1
+    def add_episode(self, episode: EpisodePacket, started_at: float) -> None:
+        """
+        :param episode: A finished episode; its transitions go in as ``OffPolicyAlgorithm._store_transition``.
+        :param started_at: When collection started (Monitor's ``t`` in the info of its last step).
+        """
         with self._condition:
-            for step in range(episode.length):
-                done = step == last
-                info = {"TimeLimit.truncated": episode.truncated} if done else {}
-                self.replay_buffer.add(
-                    episode.observations[step][None],
-                    episode.observations[step + 1][None],
-                    episode.actions[step][None],
-                    np.asarray([episode.rewards[step]]),
-                    np.asarray([done]),
-                    [info],
-                )
+            add_transitions(self.replay_buffer, episode, range(episode.length), final_info(episode, started_at))
             self.collected_steps += episode.length
             self.episodes_since_draw += 1
             self._condition.notify_all()

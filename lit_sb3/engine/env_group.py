@@ -10,8 +10,8 @@ import gymnasium as gym
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
 
-from lit_sb3.agents.collector import AsyncCollector, RolloutSpec, collection_backend, default_workers
-from lit_sb3.agents.episodes import ActingSpec, Progress
+from lit_sb3.collection import AsyncCollector, CollectionPlan, Progress
+from lit_sb3.collection.collector import collection_backend, default_workers
 from lit_sb3.envs.multi_env import IndexableMultiEnv
 from lit_sb3.vec_env.async_eval import AsyncEval
 from lit_sb3.workers.backend import Backend
@@ -75,28 +75,29 @@ class EnvGroup:
     def start_collector(
         self,
         policy: BasePolicy,
-        spec: ActingSpec,
+        plan: CollectionPlan,
         progress: Progress,
-        rollout: RolloutSpec | None,
         *,
         max_policy_lag: int | None,
         weight_sync_interval: float,
+        initial_version: int,
     ) -> AsyncCollector:
         """
-        :param policy: The policy whose weights are published (copied to the workers).
-        :param spec: How workers act.
+        :param policy: A copy of the trainer's policy (copied to the workers; its weights act until the first
+            publication).
+        :param plan: How the algorithm's episodes are collected.
         :param progress: The trainer's progress now.
-        :param rollout: On-policy: how rollouts are built; None for off-policy.
         :param max_policy_lag: Episodes older than this many versions when assembled are dropped; None for no bound.
         :param weight_sync_interval: Least seconds between two weight publications.
+        :param initial_version: The version of ``policy``'s weights.
         :return: The started collection.
         """
         return AsyncCollector(
             self.env,
             policy,
-            spec,
+            plan.acting,
             progress,
-            rollout=rollout,
+            rollout=plan.rollout,
             backend=functools.partial(
                 collection_backend, self.backend != "threads", "ray" if self.backend == "ray" else None
             ),
@@ -106,6 +107,7 @@ class EnvGroup:
             weight_sync_interval=weight_sync_interval,
             max_policy_lag=max_policy_lag,
             max_restarts=self.max_restarts,
+            initial_version=initial_version,
         )
 
     def start_evaluator(self, policy: BasePolicy, n_episodes: int) -> AsyncEval:

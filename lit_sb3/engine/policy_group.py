@@ -16,10 +16,7 @@ from stable_baselines3.common.save_util import load_from_zip_file
 from stable_baselines3.common.type_aliases import TrainFreq, TrainFrequencyUnit
 from torch.nn.utils import parameters_to_vector
 
-from lit_sb3.agents.async_agent import UNSUPPORTED
-from lit_sb3.agents.collector import RolloutSpec
-from lit_sb3.agents.episodes import Progress
-from lit_sb3.agents.weights import acting_module, flat_weights
+from lit_sb3.collection import acting_module, check_supported, flat_weights
 
 
 @dataclass(frozen=True)
@@ -50,9 +47,7 @@ class PolicyGroup:
             raise TypeError(
                 f"algorithm must be a Stable-Baselines3 on- or off-policy algorithm, got {type(algorithm).__name__}"
             )
-        for base in type(algorithm).__mro__:
-            if base.__name__ in UNSUPPORTED:
-                raise ValueError(f"algorithm {base.__name__} is not supported: {UNSUPPORTED[base.__name__]}")
+        check_supported(type(algorithm))
         self.algorithm = algorithm
         self.version = 0
         self.latest = self._snapshot()
@@ -75,24 +70,6 @@ class PolicyGroup:
             raise ValueError("train_freq in episodes has no fixed replay ratio: give EngineConfig.replay_ratio")
         steps = algorithm.gradient_steps if algorithm.gradient_steps > 0 else algorithm.train_freq.frequency
         return steps / algorithm.train_freq.frequency
-
-    def rollout_spec(self) -> RolloutSpec | None:
-        """:return: On-policy: how rollouts are built (``n_steps * n_envs`` steps); None off-policy."""
-        algorithm = self.algorithm
-        if not isinstance(algorithm, OnPolicyAlgorithm):
-            return None
-        return RolloutSpec(
-            algorithm.n_steps * algorithm.n_envs, algorithm.gamma, algorithm.gae_lambda, algorithm.device
-        )
-
-    def progress(self, collected_steps: int) -> Progress:
-        """
-        :param collected_steps: Environment steps collected so far.
-        :return: What the workers learn of the trainer besides its weights (DQN's epsilon from its schedule).
-        """
-        schedule = getattr(self.algorithm, "exploration_schedule", None)
-        rate = schedule(self.algorithm._current_progress_remaining) if schedule is not None else 0.0
-        return Progress(collected_steps, float(rate))
 
     def advance_to(self, num_timesteps: int) -> None:
         """

@@ -22,9 +22,8 @@ class SyncRLEngine(BaseEngine):
     episode.
     """
 
-    def _lockstep_steps(self) -> int | None:
-        algorithm: Any = self.policy_group.algorithm
-        return algorithm.n_steps if self.policy_group.on_policy else None
+    def _lockstep(self) -> bool:
+        return self.policy_group.on_policy
 
     def rollout(self) -> None:
         """Take the next rollout (on-policy) or episode (off-policy) into the buffer."""

@@ -48,9 +48,10 @@ def timing_summary(
     :param train_steps: Train steps during the run.
     :param profile: The collector's profile (``AsyncCollector.profile()``).
     :return: Time per phase and idle time of each thread, env steps/s, train steps/s, the policy lag (mean, p99, max,
-        in train steps) and what was dropped.
+        in train steps), what was dropped, and the steps the workers collected against those used
+        (``wasted_fraction``: collected and never trained on, stale or still buffered at the end).
     """
-    policy, buffer = profile["policy"], profile["buffer"]
+    policy, buffer, worker = profile["policy"], profile["buffer"], profile["worker"]
     return {
         "wall_seconds": wall_seconds,
         "env_steps": env_steps,
@@ -69,7 +70,9 @@ def timing_summary(
         "max_policy_lag": policy["max_policy_lag"],
         "episodes_stale": buffer["episodes_stale"],
         "episodes_dropped": buffer["episodes_dropped"],
-        "worker_restarts": profile["worker"]["restarts"],
+        "worker_restarts": worker["restarts"],
+        "collected_steps": worker["collected_steps"],
+        "wasted_fraction": worker["wasted_fraction"],
     }
 
 
@@ -95,6 +98,10 @@ def format_summary(title: str, summary: dict[str, Any]) -> str:
         f"(bound {summary['max_policy_lag']}); episodes stale {summary['episodes_stale']}, "
         f"dropped {summary['episodes_dropped']}; worker restarts {summary['worker_restarts']}"
     )
+    lines.append(
+        f"  steps collected {summary['collected_steps']}, wasted {summary['wasted_fraction']:.1%} "
+        "(never trained on: stale, or buffered at the end)",
+    )
     return "\n".join(lines)
 
 
@@ -104,7 +111,7 @@ def record_summary(logger: Logger, summary: dict[str, Any], step: int) -> None:
     :param summary: What :func:`timing_summary` returned.
     :param step: The step to dump it at.
     """
-    for key in ("wall_seconds", "env_steps_per_second", "train_steps_per_second", "episodes_stale"):
+    for key in ("wall_seconds", "env_steps_per_second", "train_steps_per_second", "episodes_stale", "wasted_fraction"):
         logger.record(f"timing/{key}", summary[key])
     for key, value in summary["policy_lag"].items():
         logger.record(f"timing/policy_lag_{key}", value)

@@ -10,7 +10,7 @@ import torch as th
 from stable_baselines3 import PPO
 from stable_baselines3.common.policies import ActorCriticPolicy
 
-from lit_sb3.agents.acting import NumpyActorCritic, sample_on_policy
+from lit_sb3.collection.acting import NumpyActorCritic, sample_on_policy
 
 
 @pytest.mark.parametrize(

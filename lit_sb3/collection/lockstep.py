@@ -1,8 +1,9 @@
 """Reproducible on-policy collection: every rollout acted by exactly the weights one version behind the trainer.
 
 Environment ``i``'s episodes are split into rollouts by its own steps: an episode belongs to rollout ``r`` until the
-environment has ``n_steps`` steps in it, and rollout ``r`` is acted by weight version ``max(r - 1, 0)`` (the trainer
-trains on rollout ``r - 1`` while rollout ``r`` is collected, as Cleanba does). A worker keeps the versions its
+environment has ``n_steps`` steps in it, and rollout ``r`` is acted by weight version ``v0 + max(r - 1, 0)``, where
+``v0`` is the version collection started with (the trainer trains on rollout ``r - 1`` while rollout ``r`` is
+collected, as Cleanba does). A worker keeps the versions its
 environments need, acts for each environment alone (batch composition never changes a result) and samples its
 actions from a generator seeded by the episode. What a rollout holds, the weights that acted and every random draw
 depend on the seed only, never on timing, workers or backend.
@@ -20,10 +21,10 @@ import torch as th
 from gymnasium import spaces
 from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
 
-from lit_sb3.agents.acting import sample_on_policy, samples_directly
-from lit_sb3.agents.episode_worker import EpisodeWorker, _Running
-from lit_sb3.agents.episodes import EpisodePacket, Progress, collection_seed
-from lit_sb3.agents.weights import load_flat_weights, read_board
+from lit_sb3.collection.acting import sample_on_policy, samples_directly
+from lit_sb3.collection.episode_worker import EpisodeWorker, _Running
+from lit_sb3.collection.episodes import EpisodePacket, Progress, collection_seed
+from lit_sb3.collection.weights import load_flat_weights, read_board
 from lit_sb3.workers.app import TaskError
 from lit_sb3.workers.arrays import ArrayHandle
 
@@ -31,16 +32,17 @@ from lit_sb3.workers.arrays import ArrayHandle
 IDLE_SLEEP = 0.001
 
 
-def required_version(rollout_index: int) -> int:
+def required_version(rollout_index: int, initial_version: int) -> int:
     """
     :param rollout_index: Index of a rollout.
+    :param initial_version: The weight version collection started with.
     :return: The weight version that acts in it.
     """
-    return max(rollout_index - 1, 0)
+    return initial_version + max(rollout_index - 1, 0)
 
 
 class LockstepEpisodeWorker(EpisodeWorker):
-    """An :class:`~lit_sb3.agents.episode_worker.EpisodeWorker` for reproducible on-policy collection."""
+    """An :class:`~lit_sb3.collection.episode_worker.EpisodeWorker` for reproducible on-policy collection."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -53,7 +55,8 @@ class LockstepEpisodeWorker(EpisodeWorker):
             )
         self.rollout_steps = self.spec.lockstep_steps
         self._template = copy.deepcopy(self.policy)
-        self._policies: dict[int, BasePolicy] = {0: self.policy}
+        self.initial_version = self.version
+        self._policies: dict[int, BasePolicy] = {self.version: self.policy}
 
     def sync(self, version: int | None, weights_handle: ArrayHandle | None, progress: Progress) -> int:
         self.progress = progress
@@ -65,16 +68,18 @@ class LockstepEpisodeWorker(EpisodeWorker):
             load_flat_weights(policy, weights)
             self._policies[version] = policy
             self.version = max(self._policies)
-            needed = min((required_version(run.rollout) for run in self._running), default=self.version)
+            needed = min(
+                (required_version(run.rollout, self.initial_version) for run in self._running), default=self.version
+            )
             for old in [old for old in self._policies if old < needed]:
                 del self._policies[old]
         return self.version
 
     def _policy_for(self, run: _Running) -> BasePolicy:
-        return self._policies[required_version(run.rollout)]
+        return self._policies[required_version(run.rollout, self.initial_version)]
 
     def _version_for(self, run: _Running) -> int:
-        return required_version(run.rollout)
+        return required_version(run.rollout, self.initial_version)
 
     def _reset(self, running: _Running) -> None:
         super()._reset(running)
@@ -91,7 +96,7 @@ class LockstepEpisodeWorker(EpisodeWorker):
     def _step(self) -> bool:
         stepped = ended = False
         for run in list(self._running):
-            policy = self._policies.get(required_version(run.rollout))
+            policy = self._policies.get(required_version(run.rollout, self.initial_version))
             if policy is None:
                 continue  # its rollout waits for the weights one version behind the trainer
             stepped = True

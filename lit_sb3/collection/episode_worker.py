@@ -16,9 +16,9 @@ from gymnasium import spaces
 from stable_baselines3.common.noise import ActionNoise, VectorizedActionNoise
 from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
 
-from lit_sb3.agents.acting import NumpyActorCritic, sample_on_policy
-from lit_sb3.agents.episodes import ActingSpec, EpisodePacket, Progress, collection_seed
-from lit_sb3.agents.weights import acting_module, load_flat_weights, read_board
+from lit_sb3.collection.acting import NumpyActorCritic, sample_on_policy
+from lit_sb3.collection.episodes import ActingSpec, EpisodePacket, Progress, collection_seed
+from lit_sb3.collection.weights import acting_module, load_flat_weights, read_board
 from lit_sb3.workers.app import TaskError, WorkerApp
 from lit_sb3.workers.arrays import ArrayHandle
 from lit_sb3.workers.shared_array import OpenedArrays
@@ -48,6 +48,7 @@ class _Running:  # the lockstep worker also uses rollout, rollout_steps and gene
     log_probs: list[float] = field(default_factory=list)
     infos: list[dict[str, Any]] = field(default_factory=list)
     random_steps: int = 0
+    parked: bool = False
     rollout: int = 0
     rollout_steps: int = 0
     generator: th.Generator | None = None
@@ -56,7 +57,7 @@ class _Running:  # the lockstep worker also uses rollout, rollout_steps and gene
 class EpisodeWorker(WorkerApp):
     """
     Task ``collect(env_index)`` runs environment ``env_index`` episode after episode until cancelled, emitting each
-    finished one as an :class:`~lit_sb3.agents.episodes.EpisodePacket` (unit: its episode index). All environments
+    finished one as an :class:`~lit_sb3.collection.episodes.EpisodePacket` (unit: its episode index). All environments
     of the worker step together, with one batched policy call. Immediate control ``sync`` loads new weights and the
     trainer's progress between two steps.
 
@@ -65,10 +66,13 @@ class EpisodeWorker(WorkerApp):
     :param spec: How to act.
     :param max_envs: Most environments the worker runs at once.
     :param progress: The trainer's progress when the worker starts.
+    :param version: The version of ``policy``'s weights.
+    :param limits_in_flight: Begin an episode only while fewer than the limit of :meth:`acknowledge` are in flight
+        (begun and not yet acknowledged as received); an environment whose next episode may not begin waits.
     """
 
-    immediate_methods: ClassVar[frozenset[str]] = frozenset({"sync"})
-    control_methods: ClassVar[frozenset[str]] = frozenset({"sync"})
+    immediate_methods: ClassVar[frozenset[str]] = frozenset({"sync", "acknowledge"})
+    control_methods: ClassVar[frozenset[str]] = frozenset({"sync", "acknowledge"})
     task_methods: ClassVar[frozenset[str]] = frozenset({"collect"})
 
     def __init__(
@@ -79,6 +83,8 @@ class EpisodeWorker(WorkerApp):
         *,
         max_envs: int,
         progress: Progress,
+        version: int = 0,
+        limits_in_flight: bool = False,
     ) -> None:
         super().__init__()
         self.env_fns = env_fns
@@ -88,8 +94,11 @@ class EpisodeWorker(WorkerApp):
         self.spec = spec
         self.max_envs = max_envs
         self._arrays = OpenedArrays(capacity=2)  # the trainer publishes through two publications in turn
-        self.version = 0
+        self.version = version
         self.progress = progress
+        self.limits_in_flight = limits_in_flight
+        self._in_flight: set[tuple[int, int]] = set()  # (env, episode) begun and not acknowledged
+        self._in_flight_limit: int | None = None
         self._envs: dict[int, gym.Env] = {}
         self._running: list[_Running] = []
         self._steps_since_noise = 0
@@ -130,6 +139,20 @@ class EpisodeWorker(WorkerApp):
                 self._resample_noise()
         return self.version
 
+    def acknowledge(self, episode: tuple[int, int], limit: int | None) -> None:
+        """
+        :param episode: ``(env_index, episode_index)`` of an episode the trainer's side received.
+        :param limit: Most episodes in flight from now on (None: no limit).
+        """
+        self._in_flight.discard(episode)
+        self._in_flight_limit = limit
+        waiting = [run for run in self._running if run.parked]
+        for run in waiting:
+            if self._may_begin():
+                self._begin(run)
+        if waiting:
+            self._resample_noise()
+
     # ------------------------------------------------------------------------------------------------ tasks
 
     def submit(
@@ -143,15 +166,15 @@ class EpisodeWorker(WorkerApp):
         # Stable-Baselines3 vectorises the noise over its environments; a worker keeps one copy per environment.
         running.noise = copy.deepcopy(noise.base_noise if isinstance(noise, VectorizedActionNoise) else noise)
         self._running.append(running)
-        try:
-            self._reset(running)
-        except Exception as exc:
-            raise TaskError(request_id, running.episode_index) from exc
-        self._resample_noise()
+        if self._may_begin():
+            self._begin(running)
+            self._resample_noise()
+        else:
+            running.parked = True
 
     @property
     def busy(self) -> bool:
-        return bool(self._running)
+        return any(not run.parked for run in self._running)
 
     def advance(self) -> list[tuple[int, Any]]:
         for _ in range(STEPS_PER_ADVANCE):
@@ -161,6 +184,7 @@ class EpisodeWorker(WorkerApp):
 
     def cancel(self, request_ids: tuple[int, ...] | None = None) -> list[int]:
         dropped = [run.request_id for run in self._running if request_ids is None or run.request_id in request_ids]
+        self._in_flight -= {(run.env_index, run.episode_index) for run in self._running if run.request_id in dropped}
         self._running = [run for run in self._running if run.request_id not in dropped]
         for slot in range(self.max_envs):
             self.mark_idle(slot)
@@ -173,6 +197,20 @@ class EpisodeWorker(WorkerApp):
         self._arrays.close()
 
     # ---------------------------------------------------------------------------------------------- stepping
+
+    def _may_begin(self) -> bool:
+        limit = self._in_flight_limit
+        return not self.limits_in_flight or limit is None or len(self._in_flight) < limit
+
+    def _begin(self, run: _Running) -> None:
+        """Begin ``run``'s next episode."""
+        run.parked = False
+        if self.limits_in_flight:
+            self._in_flight.add((run.env_index, run.episode_index))
+        try:
+            self._reset(run)
+        except Exception as exc:
+            raise TaskError(run.request_id, run.episode_index) from exc
 
     def _reset(self, running: _Running) -> None:
         seed = collection_seed(self.spec.base_seed, running.env_index, running.episode_index, 0)
@@ -202,14 +240,19 @@ class EpisodeWorker(WorkerApp):
         """:return: The packet of ``run``'s finished episode, as it is sent."""
         return packet
 
+    def _active(self) -> list[_Running]:
+        """:return: The environments with an episode under way (not waiting to begin one)."""
+        return [run for run in self._running if not run.parked]
+
     def _resample_noise(self) -> None:
-        if self.spec.use_sde and self._running:
-            self.policy.reset_noise(len(self._running))  # type: ignore[operator]
+        active = self._active()
+        if self.spec.use_sde and active:
+            self.policy.reset_noise(len(active))  # type: ignore[operator]
             self._steps_since_noise = 0
 
     def _step(self) -> bool:
-        """One step of every running environment; True when the worker loop should run (an episode ended)."""
-        running = self._running
+        """One step of every active environment; True when the worker loop should run (an episode ended)."""
+        running = self._active()
         if self.spec.use_sde and self.spec.sde_sample_freq > 0 and self._steps_since_noise >= self.spec.sde_sample_freq:
             self._resample_noise()
         self._steps_since_noise += 1
@@ -223,11 +266,11 @@ class EpisodeWorker(WorkerApp):
         values: np.ndarray | None = None
         log_probs: np.ndarray | None = None
         if self.spec.on_policy:
-            env_actions, buffer_actions, values, log_probs = self._act_on_policy(observations)
+            env_actions, buffer_actions, values, log_probs = self._act_on_policy(observations, running)
         else:
-            env_actions, buffer_actions = self._act_off_policy(observations)
+            env_actions, buffer_actions = self._act_off_policy(observations, running)
         ended = False
-        for index, run in enumerate(list(running)):
+        for index, run in enumerate(running):
             try:
                 observation, reward, terminated, truncated, info = run.env.step(env_actions[index])
             except Exception as exc:
@@ -245,11 +288,13 @@ class EpisodeWorker(WorkerApp):
                 ended = True
         return ended
 
-    def _act_on_policy(self, observations: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def _act_on_policy(
+        self, observations: np.ndarray, running: list[_Running]
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         policy = self.policy
         assert isinstance(policy, ActorCriticPolicy)
         if self._numpy_acting is not None:
-            actions, values, log_probs = self._numpy_acting.act(observations, [run.rng for run in self._running])
+            actions, values, log_probs = self._numpy_acting.act(observations, [run.rng for run in running])
         else:
             with th.no_grad():  # Box or Discrete observations on the CPU: obs_to_tensor's checks add nothing
                 actions_t, values_t, log_probs_t = sample_on_policy(policy, th.as_tensor(observations))
@@ -263,24 +308,24 @@ class EpisodeWorker(WorkerApp):
             )
         return env_actions, actions, values, log_probs
 
-    def _act_off_policy(self, observations: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _act_off_policy(self, observations: np.ndarray, running: list[_Running]) -> tuple[np.ndarray, np.ndarray]:
         spec, space = self.spec, self.action_space
         warm_up = self.progress.num_timesteps < spec.learning_starts and not (spec.use_sde and spec.use_sde_at_warmup)
         if warm_up:
-            actions = np.stack([self._random_action(run.rng) for run in self._running])
-            for run in self._running:
+            actions = np.stack([self._random_action(run.rng) for run in running])
+            for run in running:
                 run.random_steps += 1
         else:
             actions, _ = self.policy.predict(observations, deterministic=False)
             if spec.epsilon_greedy:
-                for index, run in enumerate(self._running):
+                for index, run in enumerate(running):
                     if run.rng.random() < self.progress.exploration_rate:
                         actions[index] = self._random_action(run.rng)
                         run.random_steps += 1
         if not isinstance(space, spaces.Box):
             return actions, actions
         scaled = self.policy.scale_action(actions)
-        for index, run in enumerate(self._running):
+        for index, run in enumerate(running):
             if run.noise is not None:
                 scaled[index] = np.clip(scaled[index] + run.noise(), -1, 1)
         return self.policy.unscale_action(scaled), scaled
@@ -330,7 +375,9 @@ class EpisodeWorker(WorkerApp):
         )
         self.emit(run.request_id, run.episode_index, self._complete(run, packet))
         run.episode_index += 1
-        try:
-            self._reset(run)
-        except Exception as exc:
-            raise TaskError(run.request_id, run.episode_index) from exc
+        if self._may_begin():
+            self._begin(run)
+        else:
+            run.parked = True
+            self.mark_idle(self._running.index(run))
+            self._resample_noise()

@@ -48,17 +48,20 @@ class WeightBoard:
     The trainer's side: each version goes out with its number in front, through two publishers of the backend in
     turn (shared memory locally, the object store on Ray), so that what a worker may still be reading is never
     rewritten: :meth:`write` may be called only once every worker acknowledged the previous publication. Workers
-    start with version 0 (the weights of their policy copy).
+    start with ``initial_version`` (the weights of their policy copy).
 
     :param publishers: The backend's two publishers (e.g. ``backend.array_publisher()`` twice).
     :param min_interval: Seconds between two publications (:meth:`due` says whether the next one may go).
+    :param initial_version: The version the workers start with.
     """
 
-    def __init__(self, publishers: tuple[ArrayPublisher, ArrayPublisher], min_interval: float) -> None:
+    def __init__(
+        self, publishers: tuple[ArrayPublisher, ArrayPublisher], min_interval: float, initial_version: int = 0
+    ) -> None:
         self._publishers = publishers
         self._next = 0
         self.min_interval = min_interval
-        self.version = 0
+        self.version = initial_version
         self.published_at = -np.inf
         self.publications = 0
 

@@ -6,9 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.noise import ActionNoise
-from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.running_mean_std import RunningMeanStd
 
 
@@ -50,8 +48,8 @@ class ActingSpec:
     :param epsilon_greedy: Random actions with probability ``exploration_rate`` (DQN, QR-DQN).
     :param base_seed: Seed of the episodes' resets and of the workers' random actions.
     :param normalization: How the trainer's ``VecNormalize`` normalises observations, if it does.
-    :param lockstep_steps: Reproducible on-policy collection (see :mod:`lit_sb3.agents.lockstep`): each environment's
-        share of a rollout (``n_steps``); None for free-running collection.
+    :param lockstep_steps: Reproducible on-policy collection (see :mod:`lit_sb3.collection.lockstep`): each
+        environment's share of a rollout (``n_steps``); None for free-running collection.
     """
 
     on_policy: bool
@@ -65,40 +63,6 @@ class ActingSpec:
     base_seed: int = 0
     normalization: ObservationNormalization | None = None
     lockstep_steps: int | None = None
-
-    @classmethod
-    def for_algorithm(
-        cls,
-        algorithm: BaseAlgorithm,
-        base_seed: int,
-        normalization: ObservationNormalization | None = None,
-        lockstep_steps: int | None = None,
-    ) -> ActingSpec:
-        """
-        :param algorithm: The SB3 algorithm whose exploration the workers reproduce.
-        :param base_seed: Seed of the episodes' resets and random draws.
-        :param normalization: The trainer's observation normalisation, if any.
-        :param lockstep_steps: On-policy: each environment's steps per rollout for reproducible collection.
-        :return: How workers act, as the algorithm's own ``collect_rollouts`` would.
-        """
-        settings: Any = algorithm
-        shared = {
-            "gamma": settings.gamma,
-            "use_sde": settings.use_sde,
-            "sde_sample_freq": settings.sde_sample_freq,
-            "base_seed": base_seed,
-            "normalization": normalization,
-        }
-        if isinstance(algorithm, OnPolicyAlgorithm):
-            return cls(on_policy=True, lockstep_steps=lockstep_steps, **shared)
-        return cls(
-            on_policy=False,
-            learning_starts=settings.learning_starts,
-            use_sde_at_warmup=settings.use_sde_at_warmup,
-            action_noise=settings.action_noise,
-            epsilon_greedy=hasattr(algorithm, "exploration_rate"),
-            **shared,
-        )
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,205 @@
+"""The assembler: a background thread that takes the stream of finished episodes, drops those too old to train on,
+and turns the rest into on-policy rollouts (or hands them one ahead, off-policy), one ahead of the trainer."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+from gymnasium import spaces
+
+from lit_sb3.collection.episodes import EpisodePacket
+from lit_sb3.collection.rollout import Rollout, RolloutSpec, build_rollout
+from lit_sb3.collection.statistics import NormalizationStatistics
+from lit_sb3.workers.stream import Stream, StreamItem
+
+#: Seconds a wait of the assembler or the trainer lasts before it checks whether collection goes on.
+WAIT_SLICE = 0.05
+
+
+@dataclass
+class Received:
+    """What the assembler received, per worker and in all."""
+
+    episodes_per_worker: list[int]
+    steps_per_worker: list[int]
+    stale_episodes: int = 0
+    stale_steps: int = 0
+
+    @property
+    def steps(self) -> int:
+        """Steps of every episode received."""
+        return sum(self.steps_per_worker)
+
+
+class EpisodeAssembler:
+    """
+    Runs in its own thread from construction until :meth:`stop`.
+
+    :param stream: The collection's stream of :class:`~lit_sb3.collection.episodes.EpisodePacket` s.
+    :param n_workers: Number of workers feeding it.
+    :param rollout_spec: On-policy: how rollouts are built; None to hand episodes over one by one.
+    :param lockstep_envs: Reproducible collection: the number of environments whose episodes make each rollout
+        (see :mod:`lit_sb3.collection.lockstep`); None for free-running collection.
+    :param spaces_: The environments' observation and action spaces.
+    :param statistics: The trainer's ``VecNormalize`` statistics, if any (on-policy rollouts count their episodes
+        in them as they are built).
+    :param max_policy_lag: Episodes begun by weights more than this many versions behind :func:`current_version`
+        are dropped (counted); None for no bound.
+    :param current_version: The version of the trainer's weights now.
+    :param on_received: Called with each episode received, before it is used or dropped.
+    :param started_at: When collection started (Monitor's ``t``).
+    """
+
+    def __init__(
+        self,
+        stream: Stream,
+        n_workers: int,
+        *,
+        rollout_spec: RolloutSpec | None,
+        lockstep_envs: int | None,
+        spaces_: tuple[spaces.Space, spaces.Space],
+        statistics: NormalizationStatistics | None,
+        max_policy_lag: int | None,
+        current_version: Callable[[], int],
+        on_received: Callable[[StreamItem], None],
+        started_at: float,
+    ) -> None:
+        self.stream = stream
+        self.rollout_spec = rollout_spec
+        self.lockstep_envs = lockstep_envs
+        self.spaces = spaces_
+        self.statistics = statistics
+        self.max_policy_lag = max_policy_lag
+        self.current_version = current_version
+        self.on_received = on_received
+        self.started_at = started_at
+        self.received = Received([0] * n_workers, [0] * n_workers)
+        self.error: BaseException | None = None
+        self._ready: queue.Queue[Rollout | EpisodePacket] = queue.Queue(maxsize=1)
+        self._stopping = threading.Event()
+        self._taken = threading.Event()
+        self._thread = threading.Thread(target=self._assemble, name="lit-sb3-episode-assembler", daemon=True)
+        self._thread.start()
+
+    def take(self, raise_failure: Callable[[], None]) -> Rollout | EpisodePacket:
+        """
+        :param raise_failure: Raises the collection's failure, if any (checked while waiting).
+        :return: The next rollout or episode (waits for it).
+        """
+        while True:
+            raise_failure()
+            try:
+                item = self._ready.get(timeout=WAIT_SLICE)
+            except queue.Empty:
+                continue
+            self._taken.set()
+            return item
+
+    def train_rewards(self, packet: EpisodePacket) -> np.ndarray:
+        """
+        Count an episode in the ``VecNormalize`` statistics (if they are being trained).
+
+        :param packet: The episode, as it is consumed.
+        :return: Its training rewards, normalised as ``VecNormalize`` would (with the time-limit bootstrap).
+        """
+        normalized = self.statistics.count(packet) if self.statistics is not None else None
+        if normalized is None:
+            return packet.train_rewards
+        if self.rollout_spec is not None:
+            normalized[-1] += self.rollout_spec.gamma * packet.terminal_value
+        return normalized
+
+    def stop(self) -> None:
+        """Stop the thread (once the stream is cancelled, it ends within a wait slice)."""
+        self._stopping.set()
+        self._thread.join(5)
+
+    # ------------------------------------------------------------------------------------------------- thread
+
+    def _assemble(self) -> None:
+        try:
+            if self.lockstep_envs is not None:
+                self._assemble_lockstep(self.lockstep_envs)
+                return
+            gathered: list[EpisodePacket] = []
+            steps = 0
+            for packet in self._packets():
+                if self._stale(packet):
+                    continue
+                if self.rollout_spec is None:
+                    self._hand_over(packet)
+                    continue
+                gathered.append(packet)
+                steps += packet.length
+                if steps >= self.rollout_spec.target_steps:
+                    self._hand_over(self._build(gathered))
+                    gathered, steps = [], 0
+                    # One rollout ahead, no more: the next one starts once the trainer took this one.
+                    while not self._taken.wait(WAIT_SLICE) and not self._stopping.is_set():
+                        pass
+        except BaseException as exc:
+            if not self._stopping.is_set():
+                self.error = exc
+
+    def _assemble_lockstep(self, n_envs: int) -> None:
+        """Rollout ``r`` is every environment's episodes of rollout ``r``, ordered by environment and episode."""
+        bins: dict[int, list[EpisodePacket]] = {}
+        closed: dict[int, int] = {}
+        next_rollout = 0
+        for packet in self._packets():
+            bins.setdefault(packet.rollout_index, []).append(packet)
+            closed[packet.rollout_index] = closed.get(packet.rollout_index, 0) + packet.closes_rollout
+            while closed.get(next_rollout, 0) == n_envs:
+                episodes = sorted(bins.pop(next_rollout), key=lambda p: (p.env_index, p.episode_index))
+                del closed[next_rollout]
+                self._hand_over(self._build(episodes))
+                next_rollout += 1
+
+    def _stale(self, packet: EpisodePacket) -> bool:
+        if self.max_policy_lag is None or self.current_version() - packet.first_version <= self.max_policy_lag:
+            return False
+        self.received.stale_episodes += 1
+        self.received.stale_steps += packet.length
+        return True
+
+    def _packets(self) -> Iterator[EpisodePacket]:
+        """The episodes of the stream, counted per worker, until the stream ends or the assembler stops."""
+        while not self._stopping.is_set():
+            try:
+                item = self.stream.get(timeout=WAIT_SLICE)
+            except queue.Empty:
+                continue
+            if item is None:
+                return
+            packet: EpisodePacket = item.value
+            self.received.episodes_per_worker[item.worker_index] += 1
+            self.received.steps_per_worker[item.worker_index] += packet.length
+            self.on_received(item)
+            yield packet
+
+    def _hand_over(self, item: Rollout | EpisodePacket) -> None:
+        self._taken.clear()
+        while not self._stopping.is_set():
+            try:
+                self._ready.put(item, timeout=WAIT_SLICE)
+                return
+            except queue.Full:
+                continue
+
+    def _build(self, episodes: list[EpisodePacket]) -> Rollout:
+        spec = self.rollout_spec
+        assert spec is not None
+        train_rewards = [self.train_rewards(packet) for packet in episodes]
+        observation_space, action_space = self.spaces
+        return build_rollout(
+            episodes,
+            train_rewards,
+            spec,
+            observation_space=observation_space,
+            action_space=action_space,
+            started_at=self.started_at,
+        )

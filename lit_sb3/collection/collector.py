@@ -1,0 +1,410 @@
+"""The trainer's side of async collection: the pool of episode workers, weight publication, and the episodes and
+rollouts the assembler builds from their stream."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
+from typing import Any
+
+import numpy as np
+from stable_baselines3.common.policies import BasePolicy
+from stable_baselines3.common.vec_env import VecNormalize
+
+from lit_sb3.collection.assembler import EpisodeAssembler
+from lit_sb3.collection.budget import InFlightBudget
+from lit_sb3.collection.episode_worker import EpisodeWorker
+from lit_sb3.collection.episodes import ActingSpec, EpisodePacket, Progress
+from lit_sb3.collection.lockstep import LockstepEpisodeWorker
+from lit_sb3.collection.rollout import Rollout, RolloutSpec
+from lit_sb3.collection.statistics import NormalizationStatistics
+from lit_sb3.collection.weights import WeightBoard
+from lit_sb3.envs.multi_env import IndexableMultiEnv
+from lit_sb3.workers.backend import Backend, make_backend
+from lit_sb3.workers.local import start_fork_server
+from lit_sb3.workers.pool import WorkerPool
+from lit_sb3.workers.stream import Stream, StreamItem
+from lit_sb3.workers.threads import ThreadBackend
+
+#: Policy lags kept for the profiler's percentiles.
+LAG_WINDOW = 10_000
+#: What the fork server of worker processes imports ahead of them.
+WORKER_PRELOAD = (EpisodeWorker.__module__,)
+#: The profiler's name of each backend.
+BACKEND_LABELS = {"LocalBackend": "processes", "ThreadBackend": "threads", "RayBackend": "ray"}
+
+
+class AsyncCollector:
+    """
+    Streams complete episodes from a pool of :class:`~lit_sb3.collection.episode_worker.EpisodeWorker` s, one task
+    per environment, bounded by ``max_episodes_in_buffer`` across workers, and publishes the trainer's weights to
+    them. An :class:`~lit_sb3.collection.assembler.EpisodeAssembler` turns the stream into what the trainer takes.
+
+    :param env: The agent's environments.
+    :param policy: A policy of the trainer's class and arguments (copied to the workers, whose weights it gives
+        until the first publication).
+    :param spec: How workers act.
+    :param progress: The trainer's progress now.
+    :param rollout: On-policy: how rollouts are built; None for off-policy (episodes are handed one ahead).
+    :param backend: Builds the backend workers run on (see :func:`collection_backend`).
+    :param n_workers: Number of workers.
+    :param max_episodes_in_buffer: Most finished episodes buffered at once, across all workers.
+    :param queue_put_timeout: Seconds a finished episode waits for buffer room before it is dropped (counted);
+        None to wait.
+    :param weight_sync_interval: Least seconds between two weight publications.
+    :param max_policy_lag: Episodes acted by weights more than this many versions old when they are assembled
+        are dropped (counted); None for no bound. An on-policy rollout is assembled while the one before it trains,
+        so the episodes it trains on are at most ``max_policy_lag + 1`` versions old. On-policy, workers also wait
+        rather than begin episodes that could only be dropped (see :class:`~lit_sb3.collection.budget.InFlightBudget`).
+    :param max_restarts: Dead workers replaced before the collection fails.
+    :param vec_normalize: The trainer's ``VecNormalize``, if any: its statistics are updated with every episode
+        consumed (each observation and return counted once, in consumption order) and published to the workers,
+        which normalise observations with them; on-policy rewards are normalised when the rollout is assembled.
+    :param initial_version: The version of ``policy``'s weights (the trainer's version counter when collection
+        starts).
+    """
+
+    def __init__(
+        self,
+        env: IndexableMultiEnv,
+        policy: BasePolicy,
+        spec: ActingSpec,
+        progress: Progress,
+        *,
+        rollout: RolloutSpec | None,
+        backend: Callable[[], Backend],
+        n_workers: int,
+        max_episodes_in_buffer: int,
+        queue_put_timeout: float | None,
+        weight_sync_interval: float,
+        max_policy_lag: int | None,
+        max_restarts: int,
+        vec_normalize: VecNormalize | None = None,
+        initial_version: int = 0,
+    ) -> None:
+        self.statistics = NormalizationStatistics(vec_normalize) if vec_normalize is not None else None
+        self.max_policy_lag = max_policy_lag
+        self.max_episodes_in_buffer = max_episodes_in_buffer
+        self.lockstep = spec.lockstep_steps is not None
+        self.budget = (
+            InFlightBudget(max_policy_lag, rollout.target_steps, n_workers)
+            if max_policy_lag is not None and rollout is not None and not self.lockstep
+            else None
+        )
+        n_envs = env.num_envs
+        worker_policy = policy_copy(policy)
+        max_envs = math.ceil(n_envs / n_workers)
+        factories: list[Callable[[], EpisodeWorker]] = [
+            _WorkerFactory(
+                env.env_fns,
+                worker_policy,
+                spec,
+                max_envs=max_envs,
+                progress=progress,
+                version=initial_version,
+                limits_in_flight=self.budget is not None,
+            )
+            for _ in range(n_workers)
+        ]
+        self.pool = WorkerPool(  # closes the backend if it fails
+            factories,
+            backend=backend(),
+            max_restarts=max_restarts,
+            unit_name="episode",
+            stream_capacity=max_episodes_in_buffer,
+            put_timeout=queue_put_timeout,
+        )
+        publishers = (self.pool.backend.array_publisher(), self.pool.backend.array_publisher())
+        self.board = WeightBoard(publishers, weight_sync_interval, initial_version)
+        self.stream: Stream = self.pool.stream_tasks(
+            "collect",
+            [(index,) for index in range(n_envs)],
+            labels=[f"env {index}" for index in range(n_envs)],
+            capacities=[max_envs] * n_workers,
+            # A lockstep environment cannot resume elsewhere: its rollout bookkeeping lived in the dead worker.
+            retry="resume" if spec.lockstep_steps is None else "fail",
+        )
+        self.started_at = time.monotonic()
+        self.version = initial_version  # of the trainer's weights, as last told
+        self._publications: list[Future] = []
+        self._acknowledgements: list[Future | None] = [None] * n_workers
+        self._progress = progress
+        self._lags: deque[int] = deque(maxlen=LAG_WINDOW)
+        self.trainer_wait_seconds = 0.0
+        self.consumed_steps = 0
+        self.assembler = EpisodeAssembler(
+            self.stream,
+            n_workers,
+            rollout_spec=rollout,
+            lockstep_envs=n_envs if self.lockstep else None,
+            spaces_=(env.observation_space, env.action_space),
+            statistics=self.statistics,
+            max_policy_lag=max_policy_lag,
+            current_version=lambda: self.version,
+            on_received=self._on_received,
+            started_at=self.started_at,
+        )
+
+    # ------------------------------------------------------------------------------------------- trainer side
+
+    def sync(self, version: int, weights: Callable[[], np.ndarray], progress: Progress, *, force: bool = False) -> None:
+        """
+        Publish the trainer's weights if they changed (and the workers read the previous ones) and its progress,
+        at most once per ``weight_sync_interval`` unless ``force``.
+
+        :param version: Version of the trainer's current weights.
+        :param weights: Gives them as a flat vector of the acting module's parameters (called only to publish).
+        :param progress: The trainer's progress.
+        :param force: Publish even within the interval.
+        """
+        self.raise_failure()
+        self.version = version
+        if not (force or self.lockstep or self.board.due()):
+            return
+        # The warm-up ends once learning_starts steps were collected, not once the trainer consumed them: episodes
+        # buffered ahead would otherwise all be random.
+        collected = self.assembler.received.steps
+        progress = dataclasses.replace(progress, num_timesteps=max(progress.num_timesteps, collected))
+        if self.statistics is not None:
+            progress = dataclasses.replace(progress, obs_rms=self.statistics.observation_statistics())
+        for future in self._publications:
+            if future.done() and future.exception() is not None:
+                raise future.exception()  # type: ignore[misc]
+        if self.lockstep:  # every version reaches the workers: wait until they all read the previous one
+            for future in self._publications:
+                future.result()
+        read_by_all = all(future.done() for future in self._publications)
+        if version > self.board.version and read_by_all:
+            handle = self.board.write(version, weights())
+            self._publications = [
+                self.pool.call(worker, "sync", version, handle, progress, sticky=True)
+                for worker in range(self.pool.n_workers)
+            ]
+        elif progress != self._progress:
+            for worker in range(self.pool.n_workers):
+                self.pool.call(worker, "sync", None, None, progress)
+        else:
+            return
+        self._progress = progress
+
+    def next_rollout(self) -> Rollout:
+        """:return: The next on-policy rollout (waits for it; raises a worker's failure)."""
+        item = self._take()
+        assert isinstance(item, Rollout)
+        for episode in item.episodes:
+            self._lags.append(self.version - episode.first_version)
+        self.consumed_steps += item.length
+        return item
+
+    def next_episode(self) -> EpisodePacket:
+        """:return: The next episode, off-policy, counted in the ``VecNormalize`` statistics if any (waits for it;
+        raises a worker's failure)."""
+        item = self._take()
+        assert isinstance(item, EpisodePacket)
+        if self.statistics is not None:
+            self.statistics.count(item)
+        self._lags.append(self.version - item.first_version)
+        self.consumed_steps += item.length
+        return item
+
+    def raise_failure(self) -> None:
+        """Raise the collection's failure, if any (a worker's exception, with its traceback)."""
+        if self.assembler.error is not None:
+            raise self.assembler.error
+
+    def profile(self) -> dict[str, Any]:
+        """:return: Worker, buffer, transport and policy figures (see ``get_profiler_report``)."""
+        counts = self.stream.counts
+        received = self.assembler.received
+        lags = np.asarray(self._lags) if self._lags else np.zeros(1)
+        elapsed = time.monotonic() - self.started_at
+        return {
+            "worker": {
+                "workers": self.pool.n_workers,
+                "episodes": list(received.episodes_per_worker),
+                "steps": list(received.steps_per_worker),
+                "restarts": self.pool.restarts,
+                "episodes_resumed": counts.resumed,
+                "episodes_interrupted": counts.interrupted,
+                "max_episodes_in_flight": self.budget.per_worker() if self.budget is not None else None,
+                "collected_steps": received.steps,
+                "wasted_fraction": 1.0 - self.consumed_steps / received.steps if received.steps else 0.0,
+            },
+            "buffer": {
+                "capacity": self.max_episodes_in_buffer,
+                "buffered_episodes": self.stream.buffered,
+                "episodes_received": counts.received,
+                "episodes_dropped": counts.dropped,
+                "episodes_discarded": counts.discarded,
+                "episodes_stale": received.stale_episodes,
+                "steps_stale": received.stale_steps,
+                "avg_push_wait_seconds": counts.avg_push_wait_seconds,
+            },
+            "transport": {
+                "utilization": self.stream.buffered / self.max_episodes_in_buffer,
+                "backend": BACKEND_LABELS[type(self.pool.backend).__name__],
+                "env_steps_per_second": received.steps / elapsed if elapsed > 0 else 0.0,
+            },
+            "policy": {
+                "version": self.version,
+                "published_version": self.board.version,
+                "publications": self.board.publications,
+                "lag_mean": float(lags.mean()),
+                "lag_p99": float(np.percentile(lags, 99)),
+                "lag_max": int(lags.max()),
+                "max_policy_lag": self.max_policy_lag,
+            },
+        }
+
+    def close(self) -> None:
+        """Stop the assembler and the workers; free the weight board. Idempotent."""
+        self.stream.cancel()
+        self.assembler.stop()
+        self.pool.close()
+        self.board.close()
+
+    def _take(self) -> Rollout | EpisodePacket:
+        started = time.monotonic()
+        try:
+            return self.assembler.take(self.raise_failure)
+        finally:
+            self.trainer_wait_seconds += time.monotonic() - started
+
+    def _on_received(self, item: StreamItem) -> None:
+        """Tell the worker its episode arrived, and how many it may have in flight (with an in-flight budget)."""
+        if self.budget is None:
+            return
+        packet: EpisodePacket = item.value
+        self.budget.record(packet.length)
+        previous = self._acknowledgements[item.worker_index]
+        if previous is not None and previous.done() and previous.exception() is not None:
+            raise previous.exception()  # type: ignore[misc]
+        self._acknowledgements[item.worker_index] = self.pool.call(
+            item.worker_index, "acknowledge", (packet.env_index, packet.episode_index), self.budget.per_worker()
+        )
+
+
+class _WorkerFactory:
+    """Builds one episode worker."""
+
+    def __init__(
+        self,
+        env_fns: list[Any],
+        policy: BasePolicy,
+        spec: ActingSpec,
+        *,
+        max_envs: int,
+        progress: Progress,
+        version: int,
+        limits_in_flight: bool,
+    ) -> None:
+        self.env_fns = env_fns
+        self.policy = policy
+        self.spec = spec
+        self.max_envs = max_envs
+        self.progress = progress
+        self.version = version
+        self.limits_in_flight = limits_in_flight
+
+    def __call__(self) -> EpisodeWorker:
+        if self.spec.lockstep_steps is not None:
+            return LockstepEpisodeWorker(
+                self.env_fns,
+                self.policy,
+                self.spec,
+                max_envs=self.max_envs,
+                progress=self.progress,
+                version=self.version,
+            )
+        return EpisodeWorker(
+            self.env_fns,
+            self.policy,
+            self.spec,
+            max_envs=self.max_envs,
+            progress=self.progress,
+            version=self.version,
+            limits_in_flight=self.limits_in_flight,
+        )
+
+
+def policy_copy(policy: BasePolicy) -> BasePolicy:
+    """
+    :param policy: The trainer's policy.
+    :return: A new policy of the same class and arguments with the same weights, on the CPU (built as
+        Stable-Baselines3 rebuilds a saved policy: a deep copy fails on gSDE's sampled noise tensors).
+    """
+    copied = type(policy)(**policy._get_constructor_parameters())
+    copied.load_state_dict(policy.state_dict())
+    return copied.to("cpu")
+
+
+def collection_backend(
+    use_mp: bool,
+    backend: str | None,
+    *,
+    ray_address: str | None = None,
+    worker_resources: Mapping[str, float] | None = None,
+) -> Backend:
+    """
+    :param use_mp: Whether workers are processes.
+    :param backend: None (threads, or local processes with ``use_mp``) or ``"ray"`` (one Ray actor per worker,
+        with ``use_mp``).
+    :param ray_address: With ``backend="ray"``: the cluster to connect to.
+    :param worker_resources: With ``backend="ray"``: the resources of each worker's actor.
+    :return: The backend the collection's workers run on.
+    """
+    check_backend_choice(use_mp, backend, ray_address=ray_address, worker_resources=worker_resources)
+    if not use_mp:
+        return ThreadBackend()
+    return make_backend(
+        "local" if backend is None else "ray",
+        preload=WORKER_PRELOAD if backend is None else (),
+        ray_address=ray_address,
+        worker_resources=worker_resources,
+    )
+
+
+def check_backend_choice(
+    use_mp: bool,
+    backend: str | None,
+    *,
+    ray_address: str | None = None,
+    worker_resources: Mapping[str, float] | None = None,
+) -> None:
+    """
+    :raises ValueError: if the choice of workers does not hold together (see :func:`collection_backend`).
+    """
+    if backend not in (None, "ray"):
+        raise ValueError(
+            f"backend must be None (threads, or local processes with use_mp=True) or 'ray', got {backend!r}"
+        )
+    if backend == "ray" and not use_mp:
+        raise ValueError("backend='ray' runs workers as Ray actors, which are processes: pass use_mp=True with it")
+    if backend is None and (ray_address is not None or worker_resources is not None):
+        raise ValueError("ray_address and worker_resources need backend='ray'")
+
+
+def prepare_workers(use_mp: bool, backend: str | None) -> None:
+    """
+    Start what local worker processes will be forked from, so that its imports run while the agent is being built.
+
+    :param use_mp: Whether workers are processes.
+    :param backend: None for local processes (threads and Ray actors need nothing).
+    """
+    if use_mp and backend is None:
+        start_fork_server(WORKER_PRELOAD)
+
+
+def default_workers(n_envs: int, use_mp: bool) -> int:
+    """
+    :param n_envs: Number of environments.
+    :param use_mp: Whether workers are processes.
+    :return: One process per core but one, which the trainer keeps (at most one per environment, at least one);
+        one thread (threads share the GIL).
+    """
+    return max(1, min(n_envs, (os.cpu_count() or 1) - 1)) if use_mp else 1
