@@ -64,6 +64,8 @@ class Run:
     seconds: float = 0.0
     train_seconds: float = 0.0
     seconds_to_threshold: float = float("inf")
+    #: Async collection: the fraction of the steps the workers delivered that training never used.
+    wasted_fraction: float | None = None
 
     @property
     def steps_per_second(self) -> float:
@@ -150,6 +152,10 @@ def measure(case: Case, configuration: str, seed: int) -> Run:
         model.learn(case.budget, callback=callback)
         run.seconds = time.monotonic() - started
         run.steps = model.num_timesteps
+        if configuration.startswith("lit_sb3"):
+            report = model.get_profiler_report()  # type: ignore[attr-defined]
+            collected = sum(report["worker"]["steps"])
+            run.wasted_fraction = 1 - report["trainer"]["consumed_steps"] / collected
     finally:
         release()
     return run
@@ -206,15 +212,16 @@ def main() -> None:
                 case.results.setdefault(configuration, []).append(run)
                 print(
                     f"seed {seed} | {case.name} | {configuration}: {run.steps_per_second:,.0f} steps/s, "
-                    f"to threshold {run.seconds_to_threshold:.1f} s, train {run.train_seconds:.1f} s",
+                    f"to threshold {run.seconds_to_threshold:.1f} s, train {run.train_seconds:.1f} s"
+                    + (f", wasted {run.wasted_fraction:.1%}" if run.wasted_fraction is not None else ""),
                     flush=True,
                 )
     print_table(cases)
 
 
 def print_table(cases: list[Case]) -> None:
-    print("\n| case | configuration | env steps/s | / plain SB3 | time to threshold | limit steps/s |")
-    print("|---|---|---|---|---|---|")
+    print("\n| case | configuration | env steps/s | / plain SB3 | time to threshold | limit steps/s | wasted steps |")
+    print("|---|---|---|---|---|---|---|")
     for case in [case for case in cases if case.results]:
         plain_name = "SB3 SubprocVecEnv" if case.name.startswith("PPO sleepy") else "SB3 DummyVecEnv"
         plain = statistics.median(run.steps_per_second for run in case.results[plain_name])
@@ -225,8 +232,11 @@ def print_table(cases: list[Case]) -> None:
             reached = sum(run.seconds_to_threshold < float("inf") for run in runs)
             threshold = f"{to_threshold:.1f} s ({reached}/{len(runs)})" if case.threshold is not None else "-"
             limit_text = f"{limit:,.0f} ({speed / limit:.2f})" if case.name.startswith("PPO CartPole") else "-"
+            wasted = [run.wasted_fraction for run in runs if run.wasted_fraction is not None]
+            wasted_text = f"{statistics.median(wasted):.1%}" if wasted else "-"
             print(
-                f"| {case.name} | {configuration} | {speed:,.0f} | {speed / plain:.2f} | {threshold} | {limit_text} |"
+                f"| {case.name} | {configuration} | {speed:,.0f} | {speed / plain:.2f} | {threshold} | {limit_text} "
+                f"| {wasted_text} |"
             )
 
 
