@@ -3,11 +3,13 @@
 Every configuration trains the same algorithm with the same hyper-parameters, in one process, one after the other
 for each seed (so machine load shifts hit all of them alike); the table gives medians over the seeds. Times run
 from building the model (``SubprocVecEnv`` starts its processes there, async collection when it first learns) to
-the end of ``learn()``. ``lit_sb3 reproducible processes`` is the on-policy mode whose runs are identical for a seed.
+the end of ``learn()``. ``lit_sb3 threads`` and ``lit_sb3 processes`` run at default arguments (``use_mp`` aside);
+``lit_sb3 reproducible processes`` is the on-policy mode whose runs are identical for a seed.
 
 - PPO CartPole-v1, 8 envs, 2048 steps per rollout: env steps/s, and the most async collection can give, total steps
   / (plain SB3's time in ``train()`` alone); wall time until the mean return of the last 20 episodes reaches 475.
-- PPO on a CartPole that sleeps 2 ms a step (8 envs, one worker per env): env steps/s against ``SubprocVecEnv``.
+- PPO on a CartPole that sleeps 2 ms a step (8 envs; at default arguments, and with one worker per env): env
+  steps/s against ``SubprocVecEnv``.
 - SAC Pendulum-v1, one env, one gradient step per env step: env steps/s and wall time until the mean return of the
   last 10 episodes reaches -250.
 
@@ -125,8 +127,8 @@ def make_model(case: Case, configuration: str, seed: int) -> tuple[BaseAlgorithm
     if configuration == "SB3 SubprocVecEnv":
         model = case.algorithm("MlpPolicy", SubprocVecEnv(fns, start_method="forkserver"), **kwargs)
         return model, model.env.close  # type: ignore[union-attr]
-    backend, use_mp = configuration.split(" ", 1)[0], configuration.endswith("processes")
-    n_workers = case.n_envs if case.name.startswith("PPO sleepy") else None
+    backend, use_mp = configuration.split(" ", 1)[0], "processes" in configuration
+    n_workers = case.n_envs if configuration.endswith("one worker per env") else None
     if backend == "lit_sb3":
         injected = get_injected_agent(case.algorithm)
         extra = {"n_workers": n_workers} if n_workers is not None else {}
@@ -187,10 +189,11 @@ def main() -> None:
         Case("SAC Pendulum-v1, 1 env", SAC, partial(gym.make, "Pendulum-v1"), 1,
              {"learning_rate": 1e-3}, int(12_000 * scale), -250, 10),
     ]  # fmt: skip
-    ours = ["lit_sb3 threads", "lit_sb3 processes"]
+    ours = ["lit_sb3 threads", "lit_sb3 processes"]  # default arguments
+    one_per_env = ["lit_sb3 threads, one worker per env", "lit_sb3 processes, one worker per env"]
     reproducible = ["lit_sb3 reproducible processes"]
     reference = ["async-gym-agents threads", "async-gym-agents processes"]
-    known = [*ours, *reproducible, *reference]
+    known = [*ours, *one_per_env, *reproducible, *reference]
     unknown = set(args.only or ()) - set(known)
     if unknown:
         parser.error(f"--only: unknown configurations {sorted(unknown)}; choose from {known}")
@@ -202,7 +205,8 @@ def main() -> None:
             if case.name.startswith("PPO CartPole"):
                 plain.append("SB3 SubprocVecEnv")
             on_policy = case.algorithm is PPO
-            compared = [*ours, *(reproducible if on_policy else []), *reference]
+            sleepy = case.name.startswith("PPO sleepy")
+            compared = [*ours, *(one_per_env if sleepy else []), *(reproducible if on_policy else []), *reference]
             if args.only is not None:
                 compared = [configuration for configuration in compared if configuration in args.only]
                 if not compared:

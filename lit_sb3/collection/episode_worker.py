@@ -18,6 +18,7 @@ from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
 
 from lit_sb3.collection.acting import NumpyActorCritic, sample_on_policy
 from lit_sb3.collection.episodes import ActingSpec, EpisodePacket, Progress, collection_seed
+from lit_sb3.collection.stepping import EnvStepper
 from lit_sb3.collection.weights import acting_module, load_flat_weights, read_board
 from lit_sb3.workers.app import TaskError, WorkerApp
 from lit_sb3.workers.arrays import ArrayHandle
@@ -58,8 +59,9 @@ class EpisodeWorker(WorkerApp):
     """
     Task ``collect(env_index)`` runs environment ``env_index`` episode after episode until cancelled, emitting each
     finished one as an :class:`~lit_sb3.collection.episodes.EpisodePacket` (unit: its episode index). All environments
-    of the worker step together, with one batched policy call. Immediate control ``sync`` loads new weights and the
-    trainer's progress between two steps.
+    of the worker step together, with one batched policy call, and in threads once their steps are measured to be
+    slow (see :class:`~lit_sb3.collection.stepping.EnvStepper`). Immediate control ``sync`` loads new weights and
+    the trainer's progress between two steps; ``acknowledge`` frees room under an in-flight limit.
 
     :param env_fns: The factories of every environment of the agent (the worker builds those it is given).
     :param policy: A copy of the trainer's policy.
@@ -99,6 +101,7 @@ class EpisodeWorker(WorkerApp):
         self.limits_in_flight = limits_in_flight
         self._in_flight: set[tuple[int, int]] = set()  # (env, episode) begun and not acknowledged
         self._in_flight_limit: int | None = None
+        self._stepper = EnvStepper()
         self._envs: dict[int, gym.Env] = {}
         self._running: list[_Running] = []
         self._steps_since_noise = 0
@@ -192,6 +195,7 @@ class EpisodeWorker(WorkerApp):
         return dropped
 
     def close(self) -> None:
+        self._stepper.close()
         for env in self._envs.values():
             env.close()
         self._arrays.close()
@@ -269,12 +273,12 @@ class EpisodeWorker(WorkerApp):
             env_actions, buffer_actions, values, log_probs = self._act_on_policy(observations, running)
         else:
             env_actions, buffer_actions = self._act_off_policy(observations, running)
+        outcomes = self._stepper.step([run.env for run in running], env_actions)
         ended = False
-        for index, run in enumerate(running):
-            try:
-                observation, reward, terminated, truncated, info = run.env.step(env_actions[index])
-            except Exception as exc:
-                raise TaskError(run.request_id, run.episode_index) from exc
+        for index, (run, outcome) in enumerate(zip(running, outcomes, strict=True)):
+            if isinstance(outcome, Exception):
+                raise TaskError(run.request_id, run.episode_index) from outcome
+            observation, reward, terminated, truncated, info = outcome
             run.actions.append(buffer_actions[index])
             run.rewards.append(float(reward))
             run.infos.append(info)
