@@ -91,12 +91,8 @@ class _AsyncAgent:
     ) -> None:
         if isinstance(env, str):
             env = IndexableMultiEnv([functools.partial(gym.make, env)])
-        if env is not None and not isinstance(_multi_env(env), IndexableMultiEnv):
-            raise TypeError(
-                "env must be an IndexableMultiEnv, or a VecNormalize around one (its factories are what the workers "
-                "build), "
-                f"got {type(env).__name__}: use IndexableMultiEnv([partial(gym.make, env_id) for _ in range(n)])"
-            )
+        if env is not None:
+            _check_env(env)
         if not isinstance(use_mp, bool):
             raise TypeError(f"use_mp must be a bool, got {type(use_mp)!r}")
         check_positive_int("max_episodes_in_buffer", max_episodes_in_buffer)
@@ -158,6 +154,17 @@ class _AsyncAgent:
                 "reproducible=True draws categorical or diagonal Gaussian actions through ActorCriticPolicy.forward, "
                 f"not those of {type(self.policy).__name__}"
             )
+
+    def set_env(self, env: Any, force_reset: bool = True) -> None:
+        """
+        As Stable-Baselines3's ``set_env``; the collection stops, and the next ``learn()`` collects from ``env``.
+
+        :param env: The new environments (an ``IndexableMultiEnv``, or a ``VecNormalize`` around one).
+        :param force_reset: Reset the environment at the start of the next ``learn()``.
+        """
+        _check_env(env)
+        super().set_env(env, force_reset)  # type: ignore[misc]
+        self.shutdown()
 
     def shutdown(self) -> None:
         """Stop the collection workers and free their resources (the agent can learn again afterwards)."""
@@ -364,6 +371,15 @@ class _AsyncOffPolicy(_AsyncAgent):
 
     def train(self, gradient_steps: int, batch_size: int = 100) -> None:
         self._timed_train(super().train, gradient_steps, batch_size)  # type: ignore[misc]
+
+
+def _check_env(env: Any) -> None:
+    """:raises TypeError: if the workers cannot build ``env``'s environments."""
+    if not isinstance(_multi_env(env), IndexableMultiEnv):
+        raise TypeError(
+            "env must be an IndexableMultiEnv, or a VecNormalize around one (its factories are what the workers "
+            f"build), got {type(env).__name__}: use IndexableMultiEnv([partial(gym.make, env_id) for _ in range(n)])"
+        )
 
 
 def _multi_env(env: VecEnv | None) -> VecEnv | None:

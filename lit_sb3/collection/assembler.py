@@ -1,5 +1,7 @@
 """The assembler: a background thread that takes the stream of finished episodes, drops those too old to train on,
-and turns the rest into on-policy rollouts (or hands them one ahead, off-policy), one ahead of the trainer."""
+and turns the rest into on-policy rollouts (or hands them one ahead, off-policy), one ahead of the trainer. Where the
+trainer normalises with ``VecNormalize`` statistics, a rollout's episodes are counted in them and the rollout built
+when the trainer takes it, on its thread, so that the statistics only ever hold what was trained on."""
 
 from __future__ import annotations
 
@@ -18,6 +20,17 @@ from lit_sb3.workers.stream import Stream, StreamItem
 
 #: Seconds a wait of the assembler or the trainer lasts before it checks whether collection goes on.
 WAIT_SLICE = 0.05
+
+
+@dataclass(frozen=True)
+class UncountedRollout:
+    """
+    The episodes of an on-policy rollout, not yet counted in the trainer's ``VecNormalize`` statistics.
+
+    :param episodes: The episodes, in the order they are concatenated.
+    """
+
+    episodes: list[EpisodePacket]
 
 
 @dataclass
@@ -79,7 +92,7 @@ class EpisodeAssembler:
         self.started_at = started_at
         self.received = Received([0] * n_workers, [0] * n_workers)
         self.error: BaseException | None = None
-        self._ready: queue.Queue[Rollout | EpisodePacket] = queue.Queue(maxsize=1)
+        self._ready: queue.Queue[Rollout | UncountedRollout | EpisodePacket] = queue.Queue(maxsize=1)
         self._stopping = threading.Event()
         self._taken = threading.Event()
         self._thread = threading.Thread(target=self._assemble, name="lit-sb3-episode-assembler", daemon=True)
@@ -88,7 +101,8 @@ class EpisodeAssembler:
     def take(self, raise_failure: Callable[[], None]) -> Rollout | EpisodePacket:
         """
         :param raise_failure: Raises the collection's failure, if any (checked while waiting).
-        :return: The next rollout or episode (waits for it).
+        :return: The next rollout or episode (waits for it; a rollout is counted in the statistics and built here,
+            on the caller's thread, if the trainer normalises).
         """
         while True:
             raise_failure()
@@ -97,7 +111,7 @@ class EpisodeAssembler:
             except queue.Empty:
                 continue
             self._taken.set()
-            return item
+            return self.build(item.episodes) if isinstance(item, UncountedRollout) else item
 
     def train_rewards(self, packet: EpisodePacket) -> np.ndarray:
         """
@@ -136,7 +150,7 @@ class EpisodeAssembler:
                 gathered.append(packet)
                 steps += packet.length
                 if steps >= self.rollout_spec.target_steps:
-                    self._hand_over(self._build(gathered))
+                    self._hand_over(self.build(gathered) if self.statistics is None else UncountedRollout(gathered))
                     gathered, steps = [], 0
                     # One rollout ahead, no more: the next one starts once the trainer took this one.
                     while not self._taken.wait(WAIT_SLICE) and not self._stopping.is_set():
@@ -156,7 +170,7 @@ class EpisodeAssembler:
             while closed.get(next_rollout, 0) == n_envs:
                 episodes = sorted(bins.pop(next_rollout), key=lambda p: (p.env_index, p.episode_index))
                 del closed[next_rollout]
-                self._hand_over(self._build(episodes))
+                self._hand_over(self.build(episodes))
                 next_rollout += 1
 
     def _stale(self, packet: EpisodePacket) -> bool:
@@ -181,7 +195,7 @@ class EpisodeAssembler:
             self.on_received(item)
             yield packet
 
-    def _hand_over(self, item: Rollout | EpisodePacket) -> None:
+    def _hand_over(self, item: Rollout | UncountedRollout | EpisodePacket) -> None:
         self._taken.clear()
         while not self._stopping.is_set():
             try:
@@ -190,7 +204,11 @@ class EpisodeAssembler:
             except queue.Full:
                 continue
 
-    def _build(self, episodes: list[EpisodePacket]) -> Rollout:
+    def build(self, episodes: list[EpisodePacket]) -> Rollout:
+        """
+        :param episodes: An on-policy rollout's episodes (counted in the statistics now, if any).
+        :return: The rollout, with its returns and advantages.
+        """
         spec = self.rollout_spec
         assert spec is not None
         train_rewards = [self.train_rewards(packet) for packet in episodes]

@@ -1,4 +1,5 @@
-"""How many episodes workers may have under way, so that none is too old by the time the trainer uses it."""
+"""How many episodes workers may have under way, so that none is too old, or left over, by the time the trainer is
+done with what came before it."""
 
 from __future__ import annotations
 
@@ -7,27 +8,34 @@ from collections import deque
 
 #: Episode lengths the budget averages over.
 LENGTH_WINDOW = 20
+#: On-policy without a lag bound: rollouts' worth of episodes in flight (the next rollout, and one after it).
+UNBOUNDED_ROLLOUTS_IN_FLIGHT = 2
 
 
 class InFlightBudget:
     """
     Back-pressure tied to the lag bound (Sample Factory's ``max_policy_lag``, for whole episodes): a worker may
     have begun at most :meth:`per_worker` episodes that the assembler has not received. When the trainer is the
-    bottleneck, workers then wait for newer weights instead of acting out episodes that would be dropped as stale.
+    bottleneck, workers then wait for newer weights instead of acting out episodes that would be dropped as stale,
+    or still be buffered when training ends.
 
-    A rollout of ``target_steps`` takes about ``K = ceil(target_steps / mean episode length)`` episodes. One rollout
-    trains while the next waits to be taken; ``max_policy_lag - 1`` more rollouts' worth of episodes in flight is
-    then the most that is still within the bound when it is assembled.
+    On-policy, a rollout of ``target_steps`` takes about ``K = ceil(target_steps / mean episode length)`` episodes.
+    One rollout trains while the next waits to be taken; ``max_policy_lag - 1`` more rollouts' worth of episodes in
+    flight is then the most that is still within the bound when it is assembled (without a bound: two, enough to
+    keep every environment of a slow-stepping worker busy). Off-policy, the trainer takes one episode at a time:
+    each environment has at most one episode under way that the assembler has not received.
 
-    :param max_policy_lag: The collection's lag bound, in weight versions.
-    :param target_steps: Steps of a rollout.
+    :param max_policy_lag: The collection's lag bound, in weight versions; None for none.
+    :param target_steps: On-policy: steps of a rollout; None off-policy.
     :param n_workers: Number of workers the budget is shared among.
+    :param n_envs: Number of environments.
     """
 
-    def __init__(self, max_policy_lag: int, target_steps: int, n_workers: int) -> None:
+    def __init__(self, max_policy_lag: int | None, target_steps: int | None, n_workers: int, n_envs: int) -> None:
         self.max_policy_lag = max_policy_lag
         self.target_steps = target_steps
         self.n_workers = n_workers
+        self.n_envs = n_envs
         self._lengths: deque[int] = deque(maxlen=LENGTH_WINDOW)
 
     def record(self, length: int) -> None:
@@ -35,9 +43,11 @@ class InFlightBudget:
         self._lengths.append(length)
 
     def per_worker(self) -> int | None:
-        """:return: Episodes each worker may have in flight; None (no bound) until an episode was received."""
+        """:return: Episodes each worker may have in flight; None (no bound) until an on-policy episode arrived."""
+        if self.target_steps is None:
+            return math.ceil(self.n_envs / self.n_workers)
         if not self._lengths:
             return None
         episodes_per_rollout = math.ceil(self.target_steps / (sum(self._lengths) / len(self._lengths)))
-        in_flight = max(1, (self.max_policy_lag - 1) * episodes_per_rollout)
-        return max(1, in_flight // self.n_workers)
+        rollouts = self.max_policy_lag - 1 if self.max_policy_lag is not None else UNBOUNDED_ROLLOUTS_IN_FLIGHT
+        return max(1, math.ceil(rollouts * episodes_per_rollout / self.n_workers))

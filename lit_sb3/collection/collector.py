@@ -59,12 +59,13 @@ class AsyncCollector:
     :param weight_sync_interval: Least seconds between two weight publications.
     :param max_policy_lag: Episodes acted by weights more than this many versions old when they are assembled
         are dropped (counted); None for no bound. An on-policy rollout is assembled while the one before it trains,
-        so the episodes it trains on are at most ``max_policy_lag + 1`` versions old. On-policy, workers also wait
-        rather than begin episodes that could only be dropped (see :class:`~lit_sb3.collection.budget.InFlightBudget`).
+        so the episodes it trains on are at most ``max_policy_lag + 1`` versions old. Workers also wait rather than
+        begin episodes that could only be dropped or left over (see :class:`~lit_sb3.collection.budget.InFlightBudget`).
     :param max_restarts: Dead workers replaced before the collection fails.
     :param vec_normalize: The trainer's ``VecNormalize``, if any: its statistics are updated with every episode
         consumed (each observation and return counted once, in consumption order) and published to the workers,
-        which normalise observations with them; on-policy rewards are normalised when the rollout is assembled.
+        which normalise observations with them; an on-policy rollout is counted in them, and its rewards normalised,
+        when the trainer takes it (on its thread).
     :param initial_version: The version of ``policy``'s weights (the trainer's version counter when collection
         starts).
     """
@@ -91,12 +92,16 @@ class AsyncCollector:
         self.max_policy_lag = max_policy_lag
         self.max_episodes_in_buffer = max_episodes_in_buffer
         self.lockstep = spec.lockstep_steps is not None
-        self.budget = (
-            InFlightBudget(max_policy_lag, rollout.target_steps, n_workers)
-            if max_policy_lag is not None and rollout is not None and not self.lockstep
-            else None
-        )
+        if self.statistics is not None:  # every step of every episode acts on normalised observations
+            progress = dataclasses.replace(progress, obs_rms=self.statistics.observation_statistics())
         n_envs = env.num_envs
+        self.budget = (
+            None
+            if self.lockstep
+            else InFlightBudget(
+                max_policy_lag, rollout.target_steps if rollout is not None else None, n_workers, n_envs
+            )
+        )
         worker_policy = policy_copy(policy)
         max_envs = math.ceil(n_envs / n_workers)
         factories: list[Callable[[], EpisodeWorker]] = [
