@@ -272,7 +272,7 @@ def test_invalid_job_arguments_are_refused(pool: WorkerPool) -> None:
         pool.run_tasks("count", [(1, 0.0, -1)], labels=["x"], capacities=[1, 1], retry="again")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="one label per payload"):
         pool.stream_tasks("count", [(1, 0.0, -1)], labels=[], capacities=[1, 1])
-    with pytest.raises(ValueError, match="stream_capacity must be a positive int"):
+    with pytest.raises(ValueError, match="stream_capacity must be at least 1"):
         WorkerPool([CountingApp], backend=ThreadBackend(), stream_capacity=0)
 
 
