@@ -27,8 +27,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
     raise ImportError("backend='ray' needs Ray: pip install 'lit_sb3[ray]'") from exc
 
 from lit_sb3.workers.arrays import ArrayPublisher, SupportsClose
-from lit_sb3.workers.backend import Backend, WorkerHandle
-from lit_sb3.workers.threads import MessagePipe, PipeChannel
+from lit_sb3.workers.threads import MessagePipe, NotifiedBackend, NotifyingHandle, PipeChannel
 from lit_sb3.workers.worker import run_worker
 
 #: Longest an actor holds a ``collect`` call open without replies: how often it reports its progress (seconds).
@@ -216,7 +215,7 @@ class ObjectStorePublisher(ArrayPublisher):
         self._key = None
 
 
-class RayWorker(WorkerHandle):
+class RayWorker(NotifyingHandle):
     """
     The pool's side of a worker actor. Replies are gathered by the backend's collector thread.
 
@@ -251,6 +250,10 @@ class RayWorker(WorkerHandle):
     def poll(self) -> bool:
         return bool(self.replies)
 
+    @property
+    def ended(self) -> bool:
+        return self.ending is not None
+
     def describe_exit(self) -> str:
         return f"Ray actor, {self.ending or 'running'}"
 
@@ -271,7 +274,7 @@ class RayWorker(WorkerHandle):
             ray.kill(self.actor, no_restart=True)
 
 
-class RayBackend(Backend):
+class RayBackend(NotifiedBackend):
     """
     Workers as Ray actors, one per worker, placed by Ray on the nodes that have the resources they ask for.
 
@@ -306,12 +309,11 @@ class RayBackend(Backend):
         except ValueError:
             self.close_ray()
             raise
+        super().__init__()
         self._published = _PublishedArrays()
         self._workers: list[RayWorker] = []
         self._boards: dict[int, HeartbeatBoard] = {}
         self._current: dict[int, RayWorker] = {}
-        self._activity = threading.Condition()
-        self._woken = False
         self._closing = False
         self._collector = threading.Thread(target=self._collect, name="lit-sb3-ray-collector", daemon=True)
         self._collector.start()
@@ -331,24 +333,6 @@ class RayBackend(Backend):
     def progress_board(self, worker_index: int, shape: tuple[int, ...]) -> HeartbeatBoard:
         board = self._boards[worker_index] = HeartbeatBoard(shape)
         return board
-
-    def wait(self, handles: list[WorkerHandle], timeout: float | None) -> tuple[list[WorkerHandle], list[WorkerHandle]]:
-        workers = [handle for handle in handles if isinstance(handle, RayWorker)]
-
-        def ready() -> bool:
-            return self._woken or any(worker.replies or worker.ending is not None for worker in workers)
-
-        with self._activity:
-            self._activity.wait_for(ready, timeout)
-            self._woken = False
-            readable: list[WorkerHandle] = [worker for worker in workers if worker.replies]
-            dead: list[WorkerHandle] = [worker for worker in workers if worker.ending is not None]
-        return readable, dead
-
-    def wake(self) -> None:
-        with self._activity:
-            self._woken = True
-            self._activity.notify_all()
 
     def close(self) -> None:
         with self._activity:
