@@ -27,6 +27,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
     raise ImportError("backend='ray' needs Ray: pip install 'lit_sb3[ray]'") from exc
 
 from lit_sb3.workers.arrays import ArrayPublisher, SupportsClose
+from lit_sb3.workers.ray_options import actor_options
 from lit_sb3.workers.threads import MessagePipe, NotifiedBackend, NotifyingHandle, PipeChannel
 from lit_sb3.workers.worker import run_worker
 
@@ -34,8 +35,6 @@ from lit_sb3.workers.worker import run_worker
 HEARTBEAT_INTERVAL = 0.5
 #: Longest the reply collector waits on the actors it knows before it looks for newly started ones (seconds).
 COLLECT_INTERVAL = 0.05
-#: Keys of ``worker_resources`` that are Ray's own actor options; any other key is a custom resource.
-RAY_RESOURCE_OPTIONS = ("num_cpus", "num_gpus", "memory")
 
 
 @dataclass
@@ -289,6 +288,8 @@ class RayBackend(NotifiedBackend):
         custom resources by name.
     """
 
+    name = "ray"
+
     def __init__(self, address: str | None = None, *, worker_resources: Mapping[str, float] | None = None) -> None:
         self._actor_options = actor_options(worker_resources)
         if ray.is_initialized():
@@ -414,27 +415,3 @@ def check_placeable(options: Mapping[str, Any]) -> None:
             f"worker_resources: no node of the Ray cluster has what one worker asks for ({wanted}); the nodes have "
             f"{nodes}"
         )
-
-
-def actor_options(worker_resources: Mapping[str, float] | None) -> dict[str, Any]:
-    """
-    :param worker_resources: Resources of each worker (see :class:`RayBackend`).
-    :return: The matching options of a Ray actor.
-    :raises ValueError: if an amount is not a non-negative number.
-    """
-    if worker_resources is not None and not isinstance(worker_resources, Mapping):
-        raise TypeError(f"worker_resources must be a mapping of resource names to amounts, got {worker_resources!r}")
-    options: dict[str, Any] = {}
-    custom: dict[str, float] = {}
-    for name, amount in {"num_cpus": 1, **(worker_resources or {})}.items():
-        if not isinstance(name, str) or not name:
-            raise TypeError(f"worker_resources keys must be resource names, got {name!r}")
-        if isinstance(amount, bool) or not isinstance(amount, int | float) or not amount >= 0:
-            raise ValueError(f"worker_resources[{name!r}] must be a non-negative number, got {amount!r}")
-        if name in RAY_RESOURCE_OPTIONS:
-            options[name] = amount
-        else:
-            custom[name] = amount
-    if custom:
-        options["resources"] = custom
-    return options

@@ -169,6 +169,8 @@ class ThreadWorker(NotifyingHandle):
 class ThreadBackend(NotifiedBackend):
     """Workers as threads of this process (``use_mp=False``)."""
 
+    name = "threads"
+
     def start_worker(self, worker_index: int, app_factory: bytes) -> ThreadWorker:
         return ThreadWorker(worker_index, app_factory, self._activity)
 
