@@ -116,9 +116,6 @@ def make_backend(
     from lit_sb3.workers.choice import BackendChoice
 
     choice = BackendChoice.parse(
-        backend,  # type: ignore[arg-type]
-        start_method=start_method,
-        ray_address=ray_address,
-        worker_resources=worker_resources,
+        backend, start_method=start_method, ray_address=ray_address, worker_resources=worker_resources
     )
     return choice.build(preload)

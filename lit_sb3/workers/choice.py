@@ -66,7 +66,7 @@ class BackendChoice:
     @classmethod
     def parse(
         cls,
-        backend: BackendSpelling = None,
+        backend: str | Backend | None = None,
         *,
         start_method: str | None = None,
         ray_address: str | None = None,
@@ -81,11 +81,12 @@ class BackendChoice:
         :return: The checked choice.
         :raises ValueError: if the keywords do not hold together (Ray's keywords without Ray...).
         """
-        if backend is None:
-            backend = "processes"
-        elif isinstance(backend, str):
-            backend = BACKEND_ALIASES.get(backend, cast(BackendName, backend))
-        return cls(backend, start_method=start_method, ray_address=ray_address, worker_resources=worker_resources)
+        chosen: BackendName | Backend = "processes"
+        if isinstance(backend, str):
+            chosen = BACKEND_ALIASES.get(backend, cast(BackendName, backend))  # checked by the constructor
+        elif backend is not None:
+            chosen = backend
+        return cls(chosen, start_method=start_method, ray_address=ray_address, worker_resources=worker_resources)
 
     @classmethod
     def from_use_mp(
