@@ -21,7 +21,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import ray
@@ -33,10 +33,10 @@ from stable_baselines3.common.policies import BasePolicy
 from lit_sb3 import AsyncEval
 from lit_sb3.vec_env.async_eval import CHUNKS_PER_WORKER
 from lit_sb3.vec_env.candidate_eval import CandidateEval
-from lit_sb3.workers.backend import BackendName
+from lit_sb3.workers.choice import BackendName
 
 N_WORKERS = 2
-BACKENDS: tuple[BackendName, ...] = ("local", "ray")
+BACKENDS: tuple[Literal["local"] | BackendName, ...] = ("local", "ray")
 #: Custom resource of the simulated worker nodes, one per node: each actor gets a node of its own.
 WORKER_SLOT = "benchmark_worker_slot"
 

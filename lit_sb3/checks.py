@@ -1,10 +1,20 @@
-"""Argument checks shared by the evaluation side and the optimisers: a clear exception naming the argument."""
+"""Argument checks every layer uses: a clear exception naming the argument and what was expected."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
+
+
+def _check_int(name: str, value: Any) -> None:
+    if not isinstance(value, int | np.integer) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an int, got {type(value)!r}")
+
+
+def _check_number(name: str, value: Any) -> None:
+    if not isinstance(value, int | float | np.integer | np.floating) or isinstance(value, bool):
+        raise TypeError(f"{name} must be a number, got {type(value)!r}")
 
 
 def check_positive_int(name: str, value: Any) -> None:
@@ -14,10 +24,45 @@ def check_positive_int(name: str, value: Any) -> None:
     :raises TypeError: if ``value`` is not an int.
     :raises ValueError: if it is below 1.
     """
-    if not isinstance(value, int | np.integer) or isinstance(value, bool):
-        raise TypeError(f"{name} must be an int, got {type(value)!r}")
+    _check_int(name, value)
     if value < 1:
         raise ValueError(f"{name} must be at least 1, got {value}")
+
+
+def check_non_negative_int(name: str, value: Any) -> None:
+    """
+    :param name: Argument name for the message.
+    :param value: The value to check (a count that may be zero, e.g. ``max_restarts``).
+    :raises TypeError: if ``value`` is not an int.
+    :raises ValueError: if it is negative.
+    """
+    _check_int(name, value)
+    if value < 0:
+        raise ValueError(f"{name} must be a non-negative int, got {value}")
+
+
+def check_positive_number(name: str, value: Any) -> None:
+    """
+    :param name: Argument name for the message.
+    :param value: The value to check (e.g. a timeout in seconds; infinity is allowed).
+    :raises TypeError: if ``value`` is not a real number.
+    :raises ValueError: if it is NaN, zero or negative.
+    """
+    _check_number(name, value)
+    if not value > 0:
+        raise ValueError(f"{name} must be a positive number, got {value}")
+
+
+def check_non_negative_number(name: str, value: Any) -> None:
+    """
+    :param name: Argument name for the message.
+    :param value: The value to check (e.g. seconds to wait, where zero means not at all; infinity is allowed).
+    :raises TypeError: if ``value`` is not a real number.
+    :raises ValueError: if it is NaN or negative.
+    """
+    _check_number(name, value)
+    if not value >= 0:
+        raise ValueError(f"{name} must be a non-negative number, got {value}")
 
 
 def check_scale(name: str, value: float, *, allow_zero: bool = False) -> float:

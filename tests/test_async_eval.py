@@ -139,6 +139,18 @@ def test_forkserver_is_the_default_and_spawn_works(scalar_policy: LinearPolicy) 
     np.testing.assert_array_equal(outcomes[0][0], outcomes[1][0])
 
 
+def test_every_spelling_of_the_backend_gives_the_same_results(scalar_policy: LinearPolicy) -> None:
+    weights = random_population(scalar_policy, 4)
+    outcomes = []
+    for backend, name in [("local", "processes"), ("processes", "processes"), ("threads", "threads")]:
+        with AsyncEval([scalar_vec_env] * 2, scalar_policy, backend=backend) as ae:  # type: ignore[arg-type]
+            assert ae._pool.backend.name == name
+            ae.seed(1)
+            outcomes.append(as_arrays(evaluate(ae, weights, 4)))
+    for outcome in outcomes[1:]:
+        np.testing.assert_array_equal(outcomes[0][0], outcome[0])
+
+
 def test_gymnasium_vector_envs_do_not_depend_on_the_number_of_workers() -> None:
     """A vector-entry-point env cannot seed sub-environments one by one: chunks are seeded sessions of it."""
     env_fn = functools.partial(gym.make_vec, "CartPole-v1", num_envs=4, vectorization_mode="vector_entry_point")

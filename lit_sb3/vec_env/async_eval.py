@@ -13,10 +13,11 @@ import numpy as np
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.vec_env import VecEnv
 
-from lit_sb3.checks import check_positive_int
+from lit_sb3.checks import check_non_negative_int, check_positive_int, check_positive_number
 from lit_sb3.evaluation.evaluator import CandidateEvaluator, RoundSpec
 from lit_sb3.vec_env.candidate_eval import CandidateEval, ChunkResult
-from lit_sb3.workers.backend import Backend, BackendName, WorkerHandle, make_backend
+from lit_sb3.workers.backend import WorkerHandle
+from lit_sb3.workers.choice import BackendChoice, BackendSpelling
 from lit_sb3.workers.pool import WorkerPool
 
 #: Chunks per worker and round when ``chunk_size`` is not given: small enough to balance uneven episode lengths.
@@ -64,7 +65,9 @@ class AsyncEval(CandidateEval):
     :param max_restarts: How many dead workers are replaced (their candidates re-run) before
         :class:`~lit_sb3.workers.WorkerDiedError` is raised.
     :param backend: Where workers run: ``"local"`` processes started with ``start_method`` (the default, also for
-        None), ``"ray"`` actors (``pip install lit_sb3[ray]``), or a :class:`~lit_sb3.workers.backend.Backend`.
+        None; also spelled ``"processes"``), ``"threads"`` of this process, ``"ray"`` actors
+        (``pip install lit_sb3[ray]``), or a :class:`~lit_sb3.workers.backend.Backend` (see
+        :class:`~lit_sb3.workers.choice.BackendChoice`).
     :param ray_address: With ``backend="ray"``: the cluster to connect to (e.g. ``"ray://head:10001"`` or
         ``"auto"``); by default the Ray connection this process has, else a new local Ray instance, shut down by
         :meth:`close`.
@@ -82,7 +85,7 @@ class AsyncEval(CandidateEval):
         chunk_size: int | None = None,
         candidate_timeout: float | None = None,
         max_restarts: int = 3,
-        backend: BackendName | Backend | None = None,
+        backend: BackendSpelling = None,
         ray_address: str | None = None,
         worker_resources: Mapping[str, float] | None = None,
     ) -> None:
@@ -97,23 +100,12 @@ class AsyncEval(CandidateEval):
         if chunk_size is not None:
             check_positive_int("chunk_size", chunk_size)
         if candidate_timeout is not None:
-            if not isinstance(candidate_timeout, int | float) or isinstance(candidate_timeout, bool):
-                raise TypeError(
-                    f"candidate_timeout must be a number of seconds or None, got {type(candidate_timeout)!r}"
-                )
-            if not candidate_timeout > 0:
-                raise ValueError(f"candidate_timeout must be positive, got {candidate_timeout}")
-        if not isinstance(max_restarts, int) or isinstance(max_restarts, bool):
-            raise TypeError(f"max_restarts must be an int, got {type(max_restarts)!r}")
-        if max_restarts < 0:
-            raise ValueError(f"max_restarts must be non-negative, got {max_restarts}")
-        chosen_backend = make_backend(
-            "local" if backend is None else backend,
-            start_method=start_method,
-            preload=[CandidateEvaluator.__module__],
-            ray_address=ray_address,
-            worker_resources=worker_resources,
+            check_positive_number("candidate_timeout", candidate_timeout)
+        check_non_negative_int("max_restarts", max_restarts)
+        workers = BackendChoice.parse(
+            backend, start_method=start_method, ray_address=ray_address, worker_resources=worker_resources
         )
+        chosen_backend = workers.build(preload=[CandidateEvaluator.__module__])
         policy = copy.deepcopy(train_policy).to("cpu")
         self.chunk_size = chunk_size
         self._pool = WorkerPool(

@@ -4,16 +4,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
 from lit_sb3.workers.arrays import ArrayPublisher, ProgressBoard
 from lit_sb3.workers.shared_array import SharedArray, SharedMemoryPublisher
-
-#: The backends chosen by name: local processes, or Ray actors (``pip install lit_sb3[ray]``).
-BackendName = Literal["local", "ray"]
-BACKEND_NAMES: tuple[BackendName, ...] = ("local", "ray")
 
 
 class WorkerHandle(ABC):
@@ -56,7 +52,13 @@ class WorkerHandle(ABC):
 
 
 class Backend(ABC):
-    """Where workers run: local processes, Ray actors..."""
+    """Where workers run: local processes, Ray actors... (chosen by users through
+    :class:`~lit_sb3.workers.choice.BackendChoice`)."""
+
+    @property
+    @abstractmethod
+    def name(self) -> str:
+        """What reports call the backend: ``"processes"``, ``"threads"``, ``"ray"``..."""
 
     @abstractmethod
     def start_worker(self, worker_index: int, app_factory: bytes) -> WorkerHandle:
@@ -100,7 +102,7 @@ class Backend(ABC):
 
 
 def make_backend(
-    backend: BackendName | Backend,
+    backend: str | Backend,
     *,
     start_method: str | None = None,
     preload: Sequence[str] = (),
@@ -108,34 +110,12 @@ def make_backend(
     worker_resources: Mapping[str, float] | None = None,
 ) -> Backend:
     """
-    The backend a user of the pool chose with one keyword.
-
-    :param backend: ``"local"`` (worker processes on this machine), ``"ray"`` (one Ray actor per worker) or a
-        backend object, used as it is.
-    :param start_method: ``multiprocessing`` start method of the local backend.
-    :param preload: Modules the local backend's fork server imports once (the heavy modules of the app).
-    :param ray_address: Ray cluster to connect to (``ray.init(address=...)``); by default the connection this process
-        already has, else a new local Ray instance.
-    :param worker_resources: Ray resources of each worker: ``num_cpus`` (1 by default), ``num_gpus``, ``memory``
-        and custom resources by name.
-    :return: The backend.
+    The old spelling of ``BackendChoice.parse(backend, ...).build(preload)``, left for the callers that do not use
+    :class:`~lit_sb3.workers.choice.BackendChoice` yet; it goes with the last of them.
     """
-    if isinstance(backend, Backend):
-        chosen = "a backend object"
-    elif backend in BACKEND_NAMES:
-        chosen = f"backend={backend!r}"
-    else:
-        raise ValueError(f"backend must be one of {BACKEND_NAMES} or a Backend object, got {backend!r}")
-    if backend != "ray" and (ray_address is not None or worker_resources is not None):
-        raise ValueError(f"ray_address and worker_resources need backend='ray', got {chosen}")
-    if backend != "local" and start_method is not None:
-        raise ValueError(f"start_method is for backend='local' only, got {chosen}")
-    if isinstance(backend, Backend):
-        return backend
-    if backend == "local":
-        from lit_sb3.workers.local import LocalBackend
+    from lit_sb3.workers.choice import BackendChoice
 
-        return LocalBackend(start_method, preload=preload)
-    from lit_sb3.workers.ray_backend import RayBackend
-
-    return RayBackend(ray_address, worker_resources=worker_resources)
+    choice = BackendChoice.parse(
+        backend, start_method=start_method, ray_address=ray_address, worker_resources=worker_resources
+    )
+    return choice.build(preload)

@@ -64,6 +64,7 @@ class WorkerError(RuntimeError):
 
     def __init__(self, worker_index: int, failure: RemoteFailure, unit_name: str = "unit") -> None:
         self.worker_index = worker_index
+        self.unit_name = unit_name
         self.exception_type = failure.exception_type
         self.remote_message = failure.message
         self.remote_traceback = failure.remote_traceback
@@ -76,7 +77,7 @@ class WorkerError(RuntimeError):
 
     def __reduce__(self) -> tuple[type, tuple]:
         failure = RemoteFailure(self.exception_type, self.remote_message, self.remote_traceback, self.unit_index)
-        return (type(self), (self.worker_index, failure))
+        return (type(self), (self.worker_index, failure, self.unit_name))
 
 
 class WorkerDiedError(RuntimeError):
@@ -97,10 +98,11 @@ class WorkerTimeoutError(TimeoutError):
         self.worker_index = worker_index
         self.unit_index = unit_index
         self.timeout = timeout
+        self.unit_name = unit_name
         super().__init__(f"{unit_name} {unit_index} on worker {worker_index} did not finish within {timeout:g} s")
 
     def __reduce__(self) -> tuple[type, tuple]:
-        return (type(self), (self.worker_index, self.unit_index, self.timeout))
+        return (type(self), (self.worker_index, self.unit_index, self.timeout, self.unit_name))
 
 
 class PoolClosedError(ValueError):

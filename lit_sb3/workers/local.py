@@ -152,6 +152,8 @@ class LocalBackend(Backend):
         each worker starts without importing them again. Only the first pool of a process starts the fork server.
     """
 
+    name = "processes"
+
     def __init__(self, start_method: str | None = None, *, preload: Sequence[str] = ()) -> None:
         if start_method is None:
             start_method = default_start_method()

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 import cloudpickle
 
+from lit_sb3.checks import check_non_negative_int, check_non_negative_number, check_positive_int, check_positive_number
 from lit_sb3.workers.app import PROGRESS_COLUMNS, WorkerApp
 from lit_sb3.workers.arrays import ProgressBoard
 from lit_sb3.workers.backend import Backend, WorkerHandle
@@ -66,6 +67,10 @@ class _Call:
     args: bytes
     future: Future | None
 
+    def request(self, request_id: int) -> Request:
+        """:return: The request that carries the call to its worker."""
+        return Request(request_id, self.method, self.args, False)
+
 
 @dataclass
 class _Job:
@@ -93,6 +98,45 @@ class _Job:
     def finished(self) -> bool:
         return self.future.done()
 
+    def complete(self, payload_index: int, result: Any) -> None:
+        """Record a task's final reply; the job resolves with its last one."""
+        self.results[payload_index] = result
+        self.remaining -= 1
+        if self.remaining == 0:
+            self.resolve()
+
+    def resolve(self) -> None:
+        """Hand the results to the job's stream, or to its future."""
+        if self.stream is not None:
+            self.stream.finish(self.results)
+        elif not self.future.done():
+            self.future.set_result(self.results)
+
+    def end(self, error: BaseException) -> None:
+        """Fail the job (its stream, or its future) with ``error``; its tasks are the pool's to cancel."""
+        if self.stream is not None:
+            self.stream.end(error)
+        elif not self.future.done():
+            self.future.set_exception(error)
+
+
+@dataclass(frozen=True)
+class _Task:
+    """One task of a job, sent to a worker and not yet answered."""
+
+    job: _Job
+    payload_index: int
+
+    @property
+    def label(self) -> str:
+        """What the task covers, for error messages."""
+        return self.job.labels[self.payload_index]
+
+    def request(self, request_id: int) -> Request:
+        """:return: The request that carries the task to its worker (told which units were delivered already)."""
+        delivered = frozenset(self.job.delivered[self.payload_index])
+        return Request(request_id, self.job.method, self.job.payloads[self.payload_index], True, delivered)
+
 
 @dataclass
 class _Slot:
@@ -100,7 +144,8 @@ class _Slot:
 
     handle: WorkerHandle | None
     ready: bool = False
-    in_flight: dict[int, _Call | tuple[_Job, int]] = field(default_factory=dict)
+    calls_in_flight: dict[int, _Call] = field(default_factory=dict)  # by request id, in the order sent
+    tasks_in_flight: dict[int, _Task] = field(default_factory=dict)  # by request id, in the order sent
     waiting_calls: deque[_Call] = field(default_factory=deque)
     sticky: dict[str, _Call] = field(default_factory=dict)
     board: ProgressBoard | None = None
@@ -108,8 +153,17 @@ class _Slot:
     credit: int = 0  # partial results the worker may still send (granted, not yet received)
     unsent_credit: int | None = None  # granted but not yet told to the worker; None when there is nothing to tell
 
-    def task_count(self, job: _Job) -> int:
-        return sum(1 for entry in self.in_flight.values() if isinstance(entry, tuple) and entry[0] is job)
+    def attach_board(self, board: ProgressBoard) -> None:
+        """
+        :param board: The worker's progress board, cleared and handed to the worker before any other call.
+        """
+        self.board = board
+        board.array[:, 0] = -1
+        self.waiting_calls.appendleft(_Call(ATTACH_PROGRESS_METHOD, cloudpickle.dumps((board.handle,)), None))
+
+    def task_requests(self, job: _Job) -> tuple[int, ...]:
+        """:return: The request ids of the job's tasks on this worker."""
+        return tuple(request_id for request_id, task in self.tasks_in_flight.items() if task.job is job)
 
 
 class WorkerPool:
@@ -148,10 +202,13 @@ class WorkerPool:
     ) -> None:
         if len(app_factories) == 0:
             raise ValueError("app_factories is empty: a pool needs at least one worker")
-        if stream_capacity is not None and (isinstance(stream_capacity, bool) or stream_capacity < 1):
-            raise ValueError(f"stream_capacity must be a positive int or None, got {stream_capacity!r}")
-        if put_timeout is not None and not put_timeout >= 0:
-            raise ValueError(f"put_timeout must be non-negative or None, got {put_timeout!r}")
+        check_non_negative_int("max_restarts", max_restarts)
+        if unit_timeout is not None:
+            check_positive_number("unit_timeout", unit_timeout)
+        if stream_capacity is not None:
+            check_positive_int("stream_capacity", stream_capacity)
+        if put_timeout is not None:
+            check_non_negative_number("put_timeout", put_timeout)
         self.unit_name = unit_name
         self.max_restarts = max_restarts
         self.restarts = 0
@@ -291,7 +348,7 @@ class WorkerPool:
         """
 
         def cancel() -> None:
-            self._submit(lambda: self._stop_job(job))
+            self._submit(lambda: self._cancel_tasks(job))
 
         stream = Stream(self._return_credit, cancel)
         job = self._start_job(
@@ -330,7 +387,7 @@ class WorkerPool:
         pickled = [cloudpickle.dumps(payload) for payload in payloads]
         job = _Job(method, pickled, labels, capacities, future, retry, stream)
         if not payloads:
-            self._resolve(job)
+            job.resolve()
             return job
         self._submit(lambda: self._jobs.append(job))
         return job
@@ -392,7 +449,7 @@ class WorkerPool:
     def _dispatch(self) -> None:
         try:
             for index, slot in enumerate(self._slots):
-                self._attach_board(index, slot)
+                slot.attach_board(self._backend.progress_board(index, (self.slot_counts[index], PROGRESS_COLUMNS)))
             self._grant_credit()
             while True:
                 self._run_commands()
@@ -428,14 +485,20 @@ class WorkerPool:
     def _wait_timeout(self) -> float | None:
         return PROGRESS_CHECK_INTERVAL if self.unit_timeout is not None else None
 
-    def _send(self, index: int, request: Request, entry: _Call | tuple[_Job, int]) -> None:
-        slot = self._slots[index]
+    def _send_call(self, slot: _Slot, call: _Call) -> None:
         assert slot.handle is not None
-        slot.in_flight[request.request_id] = entry
-        slot.handle.send(request)  # queued: a worker that stops reading never blocks the dispatcher
+        request_id = next(self._request_ids)
+        slot.calls_in_flight[request_id] = call
+        slot.handle.send(call.request(request_id))  # queued: a worker that stops reading never blocks the dispatcher
+
+    def _send_task(self, slot: _Slot, task: _Task) -> None:
+        assert slot.handle is not None
+        request_id = next(self._request_ids)
+        slot.tasks_in_flight[request_id] = task
+        slot.handle.send(task.request(request_id))
 
     def _send_work(self) -> None:
-        for index, slot in enumerate(self._slots):
+        for slot in self._slots:
             if not slot.ready:
                 continue
             if slot.unsent_credit is not None:
@@ -443,28 +506,21 @@ class WorkerPool:
                 slot.handle.send(Credit(slot.unsent_credit, self.put_timeout))
                 slot.unsent_credit = None
             while slot.waiting_calls:
-                call = slot.waiting_calls.popleft()
-                self._send(index, Request(next(self._request_ids), call.method, call.args, False), call)
+                self._send_call(slot, slot.waiting_calls.popleft())
         self._jobs = [job for job in self._jobs if not job.finished]
         for job in self._jobs:
-            while job.pending:
-                worker_index = self._least_loaded(job)
-                if worker_index is None:
-                    break
-                payload_index = job.pending.popleft()
-                delivered = frozenset(job.delivered[payload_index])
-                request = Request(next(self._request_ids), job.method, job.payloads[payload_index], True, delivered)
-                self._send(worker_index, request, (job, payload_index))
+            while job.pending and (worker := self._least_loaded(job)) is not None:
+                self._send_task(worker, _Task(job, job.pending.popleft()))
 
-    def _least_loaded(self, job: _Job) -> int | None:
+    def _least_loaded(self, job: _Job) -> _Slot | None:
         ready = [index for index, slot in enumerate(self._slots) if slot.ready]
         ahead = 1 if len(job.pending) > len(ready) else 0
-        best: int | None = None
+        best: _Slot | None = None
         best_count = 0
         for index in ready:
-            count = self._slots[index].task_count(job)
+            count = len(self._slots[index].task_requests(job))
             if count < job.capacities[index] + ahead and (best is None or count < best_count):
-                best, best_count = index, count
+                best, best_count = self._slots[index], count
         return best
 
     # ------------------------------------------------------------------------------------------------ credit
@@ -514,49 +570,45 @@ class WorkerPool:
         if not reply.final:
             self._on_partial(index, reply)
             return
-        entry = slot.in_flight.pop(reply.request_id, None)
-        if entry is None:
+        call = slot.calls_in_flight.pop(reply.request_id, None)
+        if call is not None:
+            self._on_call_reply(index, call, reply)
             return
-        if isinstance(entry, _Call):
-            self._on_call_reply(index, entry, reply)
+        task = slot.tasks_in_flight.pop(reply.request_id, None)
+        if task is None or task.job.finished:
             return
-        job, payload_index = entry
-        if job.finished:
-            return
+        job = task.job
         if reply.cancelled:
             # Dropped because another task failed on that worker: the task runs again (a stream resumes).
             if job.stream is not None:
-                job.stream.counts.interrupted += reply.value
-            job.pending.appendleft(payload_index)
+                job.stream.note_interrupted(reply.value)
+            job.pending.appendleft(task.payload_index)
         elif reply.failure is None:
-            job.results[payload_index] = reply.value
-            job.remaining -= 1
-            if job.remaining == 0:
-                self._resolve(job)
+            job.complete(task.payload_index, reply.value)
         else:
             self._fail_job(job, WorkerError(index, reply.failure, self.unit_name))
 
     def _on_partial(self, index: int, reply: Reply) -> None:
         slot = self._slots[index]
-        entry = slot.in_flight.get(reply.request_id)
+        task = slot.tasks_in_flight.get(reply.request_id)
         if not reply.dropped and self.stream_capacity is not None:
             slot.credit -= 1
-        if not isinstance(entry, tuple) or entry[0].finished:
+        if task is None or task.job.finished:
             if not reply.dropped:
                 self._add_free_credit(1)  # a late result of a stopped job: its room is free again
             return
-        job, payload_index = entry
+        job = task.job
         assert reply.unit is not None
         if job.stream is None:
             error = RuntimeError(f"{job.method} handed back partial results, but its job was not started as a stream")
             self._fail_job(job, error)
             self._add_free_credit(1)
             return
-        job.delivered[payload_index].add(reply.unit)
+        job.delivered[task.payload_index].add(reply.unit)
         if reply.dropped:
-            job.stream._note_dropped(reply.wait_seconds)
+            job.stream.note_dropped(reply.wait_seconds)
         else:
-            job.stream._put(StreamItem(index, payload_index, reply.unit, reply.value, reply.wait_seconds))
+            job.stream.put(StreamItem(index, task.payload_index, reply.unit, reply.value, reply.wait_seconds))
 
     def _on_call_reply(self, index: int, call: _Call, reply: Reply) -> None:
         slot = self._slots[index]
@@ -571,33 +623,15 @@ class WorkerPool:
         else:
             call.future.set_exception(WorkerError(index, reply.failure, self.unit_name))
 
-    def _resolve(self, job: _Job) -> None:
-        if job.stream is not None:
-            job.stream._finish(job.results)
-        elif not job.future.done():
-            job.future.set_result(job.results)
-
     def _fail_job(self, job: _Job, error: BaseException) -> None:
-        if job.stream is not None:
-            job.stream._end(error)
-        elif not job.future.done():
-            job.future.set_exception(error)
-        self._cancel_tasks(job)
-
-    def _stop_job(self, job: _Job) -> None:
-        """End a job on its consumer's request: its stream is ended by the consumer itself."""
-        if not job.future.done():
-            job.future.set_exception(PoolClosedError("the job was cancelled"))
+        job.end(error)
         self._cancel_tasks(job)
 
     def _cancel_tasks(self, job: _Job) -> None:
+        """Stop the job's tasks (a cancelled stream's job: the consumer has ended the stream already)."""
         job.pending.clear()
         for slot in self._slots:
-            request_ids = tuple(
-                request_id
-                for request_id, entry in slot.in_flight.items()
-                if isinstance(entry, tuple) and entry[0] is job
-            )
+            request_ids = slot.task_requests(job)
             if request_ids and slot.ready and slot.handle is not None:
                 slot.handle.send(Cancel(request_ids))
 
@@ -616,28 +650,26 @@ class WorkerPool:
         handle.release()
         slot.handle = None
         slot.ready = False
-        lost = list(slot.in_flight.items())
-        slot.in_flight.clear()
+        slot.waiting_calls.extendleft(reversed(slot.calls_in_flight.values()))  # sent again, in the same order
+        slot.calls_in_flight.clear()
+        lost_tasks = list(slot.tasks_in_flight.items())
+        slot.tasks_in_flight.clear()
         running_units = self._running_units(slot)
         running: list[str] = []
-        for request_id, entry in reversed(lost):
-            if isinstance(entry, _Call):
-                slot.waiting_calls.appendleft(entry)
-                continue
-            job, payload_index = entry
+        for request_id, task in reversed(lost_tasks):
+            job = task.job
             if job.finished:
                 continue
-            running.append(job.labels[payload_index])
+            running.append(task.label)
             if job.retry == "fail":
-                message = f"worker {index} ({exit_description}) died while running {job.labels[payload_index]}"
+                message = f"worker {index} ({exit_description}) died while running {task.label}"
                 self._fail_job(job, WorkerDiedError(f"{message}; the job's retry policy is 'fail'"))
                 continue
             if job.retry == "rerun":
-                job.delivered[payload_index].clear()
+                job.delivered[task.payload_index].clear()
             elif job.stream is not None:
-                job.stream.counts.resumed += 1
-                job.stream.counts.interrupted += running_units.get(request_id, 0)
-            job.pending.appendleft(payload_index)
+                job.stream.note_resumed(running_units.get(request_id, 0))
+            job.pending.appendleft(task.payload_index)
         if self._stopping or self._broken is not None:
             return
         if not slot.expected_death:
@@ -672,14 +704,8 @@ class WorkerPool:
         replays = [_Call(call.method, call.args, None) for call in slot.sticky.values()]
         slot.waiting_calls.extendleft(reversed(replays))
         if slot.board is not None:
-            slot.board.array[:, 0] = -1
-            slot.waiting_calls.appendleft(_Call(ATTACH_PROGRESS_METHOD, cloudpickle.dumps((slot.board.handle,)), None))
+            slot.attach_board(slot.board)
         self._grant_credit()
-
-    def _attach_board(self, index: int, slot: _Slot) -> None:
-        slot.board = self._backend.progress_board(index, (self.slot_counts[index], PROGRESS_COLUMNS))
-        slot.board.array[:, 0] = -1
-        slot.waiting_calls.appendleft(_Call(ATTACH_PROGRESS_METHOD, cloudpickle.dumps((slot.board.handle,)), None))
 
     def _check_progress(self) -> None:
         if self.unit_timeout is None:
@@ -690,10 +716,10 @@ class WorkerPool:
                 continue
             for unit, started, request_id in slot.board.array.copy():
                 if unit >= 0 and now - started > self.unit_timeout:
-                    entry = slot.in_flight.get(int(request_id))
-                    if isinstance(entry, tuple):
+                    task = slot.tasks_in_flight.get(int(request_id))
+                    if task is not None:
                         error = WorkerTimeoutError(index, int(unit), self.unit_timeout, self.unit_name)
-                        self._fail_job(entry[0], error)
+                        self._fail_job(task.job, error)
                     slot.expected_death = True  # a stuck worker is replaced without counting as a crash
                     slot.ready = False
                     if slot.handle is not None:
@@ -702,13 +728,9 @@ class WorkerPool:
 
     def _fail_everything(self, error: BaseException) -> None:
         for job in self._jobs:
-            if job.stream is not None:
-                job.stream._end(error)
-            elif not job.future.done():
-                job.future.set_exception(error)
+            job.end(error)
         for slot in self._slots:
-            calls = [entry for entry in slot.in_flight.values() if isinstance(entry, _Call)]
-            for call in [*calls, *slot.waiting_calls]:
+            for call in [*slot.calls_in_flight.values(), *slot.waiting_calls]:
                 if call.future is not None and not call.future.done():
                     call.future.set_exception(error)
             slot.waiting_calls.clear()
@@ -723,7 +745,7 @@ class WorkerPool:
         for slot in self._slots:
             if slot.handle is None:
                 continue
-            running = tuple(rid for rid, entry in slot.in_flight.items() if isinstance(entry, tuple))
+            running = tuple(slot.tasks_in_flight)
             if running:
                 slot.handle.send(Cancel(running))
             slot.handle.send(Request(next(self._request_ids), CLOSE_METHOD, cloudpickle.dumps(()), False))

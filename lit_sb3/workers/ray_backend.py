@@ -27,16 +27,14 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
     raise ImportError("backend='ray' needs Ray: pip install 'lit_sb3[ray]'") from exc
 
 from lit_sb3.workers.arrays import ArrayPublisher, SupportsClose
-from lit_sb3.workers.backend import Backend, WorkerHandle
-from lit_sb3.workers.threads import MessagePipe, PipeChannel
+from lit_sb3.workers.ray_options import actor_options
+from lit_sb3.workers.threads import MessagePipe, NotifiedBackend, NotifyingHandle, PipeChannel
 from lit_sb3.workers.worker import run_worker
 
 #: Longest an actor holds a ``collect`` call open without replies: how often it reports its progress (seconds).
 HEARTBEAT_INTERVAL = 0.5
 #: Longest the reply collector waits on the actors it knows before it looks for newly started ones (seconds).
 COLLECT_INTERVAL = 0.05
-#: Keys of ``worker_resources`` that are Ray's own actor options; any other key is a custom resource.
-RAY_RESOURCE_OPTIONS = ("num_cpus", "num_gpus", "memory")
 
 
 @dataclass
@@ -216,7 +214,7 @@ class ObjectStorePublisher(ArrayPublisher):
         self._key = None
 
 
-class RayWorker(WorkerHandle):
+class RayWorker(NotifyingHandle):
     """
     The pool's side of a worker actor. Replies are gathered by the backend's collector thread.
 
@@ -251,6 +249,10 @@ class RayWorker(WorkerHandle):
     def poll(self) -> bool:
         return bool(self.replies)
 
+    @property
+    def ended(self) -> bool:
+        return self.ending is not None
+
     def describe_exit(self) -> str:
         return f"Ray actor, {self.ending or 'running'}"
 
@@ -271,7 +273,7 @@ class RayWorker(WorkerHandle):
             ray.kill(self.actor, no_restart=True)
 
 
-class RayBackend(Backend):
+class RayBackend(NotifiedBackend):
     """
     Workers as Ray actors, one per worker, placed by Ray on the nodes that have the resources they ask for.
 
@@ -285,6 +287,8 @@ class RayBackend(Backend):
     :param worker_resources: Resources of each actor: ``num_cpus`` (1 by default), ``num_gpus``, ``memory`` and
         custom resources by name.
     """
+
+    name = "ray"
 
     def __init__(self, address: str | None = None, *, worker_resources: Mapping[str, float] | None = None) -> None:
         self._actor_options = actor_options(worker_resources)
@@ -306,12 +310,11 @@ class RayBackend(Backend):
         except ValueError:
             self.close_ray()
             raise
+        super().__init__()
         self._published = _PublishedArrays()
         self._workers: list[RayWorker] = []
         self._boards: dict[int, HeartbeatBoard] = {}
         self._current: dict[int, RayWorker] = {}
-        self._activity = threading.Condition()
-        self._woken = False
         self._closing = False
         self._collector = threading.Thread(target=self._collect, name="lit-sb3-ray-collector", daemon=True)
         self._collector.start()
@@ -331,24 +334,6 @@ class RayBackend(Backend):
     def progress_board(self, worker_index: int, shape: tuple[int, ...]) -> HeartbeatBoard:
         board = self._boards[worker_index] = HeartbeatBoard(shape)
         return board
-
-    def wait(self, handles: list[WorkerHandle], timeout: float | None) -> tuple[list[WorkerHandle], list[WorkerHandle]]:
-        workers = [handle for handle in handles if isinstance(handle, RayWorker)]
-
-        def ready() -> bool:
-            return self._woken or any(worker.replies or worker.ending is not None for worker in workers)
-
-        with self._activity:
-            self._activity.wait_for(ready, timeout)
-            self._woken = False
-            readable: list[WorkerHandle] = [worker for worker in workers if worker.replies]
-            dead: list[WorkerHandle] = [worker for worker in workers if worker.ending is not None]
-        return readable, dead
-
-    def wake(self) -> None:
-        with self._activity:
-            self._woken = True
-            self._activity.notify_all()
 
     def close(self) -> None:
         with self._activity:
@@ -430,27 +415,3 @@ def check_placeable(options: Mapping[str, Any]) -> None:
             f"worker_resources: no node of the Ray cluster has what one worker asks for ({wanted}); the nodes have "
             f"{nodes}"
         )
-
-
-def actor_options(worker_resources: Mapping[str, float] | None) -> dict[str, Any]:
-    """
-    :param worker_resources: Resources of each worker (see :class:`RayBackend`).
-    :return: The matching options of a Ray actor.
-    :raises ValueError: if an amount is not a non-negative number.
-    """
-    if worker_resources is not None and not isinstance(worker_resources, Mapping):
-        raise TypeError(f"worker_resources must be a mapping of resource names to amounts, got {worker_resources!r}")
-    options: dict[str, Any] = {}
-    custom: dict[str, float] = {}
-    for name, amount in {"num_cpus": 1, **(worker_resources or {})}.items():
-        if not isinstance(name, str) or not name:
-            raise TypeError(f"worker_resources keys must be resource names, got {name!r}")
-        if isinstance(amount, bool) or not isinstance(amount, int | float) or not amount >= 0:
-            raise ValueError(f"worker_resources[{name!r}] must be a non-negative number, got {amount!r}")
-        if name in RAY_RESOURCE_OPTIONS:
-            options[name] = amount
-        else:
-            custom[name] = amount
-    if custom:
-        options["resources"] = custom
-    return options

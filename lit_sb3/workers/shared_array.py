@@ -6,12 +6,14 @@ import contextlib
 import sys
 import threading
 import weakref
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from multiprocessing import resource_tracker, shared_memory
 
 import numpy as np
 
+from lit_sb3.checks import check_positive_int
 from lit_sb3.workers.arrays import ArrayHandle, ArrayPublisher, SupportsClose
 
 
@@ -119,30 +121,37 @@ class SharedMemoryPublisher(ArrayPublisher):
 
 
 class OpenedArrays:
-    """Cache of arrays opened in a worker, by handle; the least recent ones are closed."""
+    """
+    Cache of arrays opened in a worker, by handle; past ``capacity``, the least recently used one is closed.
+
+    :param capacity: Most arrays kept open at once.
+    """
 
     def __init__(self, capacity: int = 2) -> None:
+        check_positive_int("capacity", capacity)
         self._capacity = capacity
-        self._opened: dict[ArrayHandle, tuple[SupportsClose, np.ndarray]] = {}
+        self._opened: OrderedDict[ArrayHandle, tuple[SupportsClose, np.ndarray]] = OrderedDict()
 
     def get(self, handle: ArrayHandle) -> np.ndarray:
         """
         :param handle: The array to open.
         :return: A view of the shared array.
         """
-        if handle not in self._opened:
+        if handle in self._opened:
+            self._opened.move_to_end(handle)
+        else:
             while len(self._opened) >= self._capacity:
-                block, array = self._opened.pop(next(iter(self._opened)))
-                del array
-                with contextlib.suppress(BufferError):
-                    block.close()
+                self._close_oldest()
             self._opened[handle] = handle.open()
         return self._opened[handle][1]
 
     def close(self) -> None:
         """Close every opened block (the caller drops its views first)."""
         while self._opened:
-            block, array = self._opened.pop(next(iter(self._opened)))
-            del array
-            with contextlib.suppress(BufferError):
-                block.close()
+            self._close_oldest()
+
+    def _close_oldest(self) -> None:
+        block, array = self._opened.popitem(last=False)[1]
+        del array
+        with contextlib.suppress(BufferError):
+            block.close()

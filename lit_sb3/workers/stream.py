@@ -68,7 +68,8 @@ class Stream:
     Partial results of a job's streaming tasks, consumed with :meth:`get` or by iterating.
 
     Each result taken frees room in the pool's bounded buffer. :attr:`result` is the future of the tasks' final
-    replies, in payload order. A failure of a task ends the stream: :meth:`get` raises it.
+    replies, in payload order. A failure of a task ends the stream: :meth:`get` raises it. The pool feeds it
+    through :meth:`put`, the ``note_`` methods, :meth:`finish` and :meth:`end`.
 
     :param return_credit: Called with the number of results that left the buffer (taken or discarded).
     :param cancel: Called by :meth:`cancel` to stop the job's tasks.
@@ -122,13 +123,17 @@ class Stream:
 
     def cancel(self) -> None:
         """Stop the tasks and discard what is buffered (counted in ``counts.discarded``). Idempotent."""
+        self.end(None)  # first: a task the pool hears about after this belongs to an ended stream, never re-run
         with contextlib.suppress(PoolClosedError):  # a closed pool has stopped the tasks already
             self._cancel()
-        self._end(None)
 
-    # ----------------------------------------------------------------------------- called by the dispatcher
+    # ---------------------------------------------------------------------------- fed by the pool's dispatcher
 
-    def _put(self, item: StreamItem) -> None:
+    def put(self, item: StreamItem) -> None:
+        """
+        :param item: A partial result that reached the pool; discarded (and its room given back) once the stream
+            has ended.
+        """
         with self._condition:
             self.counts.received += 1
             self.counts.push_wait_seconds += item.wait_seconds
@@ -142,23 +147,52 @@ class Stream:
         if discarded:
             self._give_back(1)
 
-    def _note_dropped(self, wait_seconds: float) -> None:
+    def note_dropped(self, wait_seconds: float) -> None:
+        """
+        :param wait_seconds: How long a partial result a worker dropped waited for room before.
+        """
         with self._condition:
             self.counts.dropped += 1
             self.counts.push_wait_seconds += wait_seconds
 
-    def _finish(self, results: list[Any]) -> None:
-        if not self.result.done():
-            self.result.set_result(results)
+    def note_interrupted(self, units: int) -> None:
+        """
+        :param units: Units whose partial work was lost (running on a worker that died, or held back by a worker
+            whose task was cancelled).
+        """
         with self._condition:
+            self.counts.interrupted += units
+
+    def note_resumed(self, interrupted_units: int) -> None:
+        """
+        Count a task resumed on another worker after its own died.
+
+        :param interrupted_units: Units it had running when its worker died.
+        """
+        with self._condition:
+            self.counts.resumed += 1
+            self.counts.interrupted += interrupted_units
+
+    def finish(self, results: list[Any]) -> None:
+        """
+        :param results: The final replies of every task, in payload order: the stream ends once they are taken.
+        """
+        with self._condition:
+            if not self.result.done():
+                self.result.set_result(results)
             self._ended = True
             self._condition.notify_all()
 
-    def _end(self, error: BaseException | None) -> None:
-        """End the stream at once: buffered results are discarded; ``error`` (if any) is raised by :meth:`get`."""
-        if not self.result.done():
-            self.result.set_exception(error if error is not None else CancelledError("the stream was cancelled"))
+    def end(self, error: BaseException | None) -> None:
+        """
+        End the stream at once: buffered results are discarded.
+
+        :param error: Raised by :meth:`get` from now on; None for a cancelled stream.
+        """
         with self._condition:
+            # Under the lock: the dispatcher finishing and a consumer cancelling must not both resolve the future.
+            if not self.result.done():
+                self.result.set_exception(error if error is not None else CancelledError("the stream was cancelled"))
             if error is not None and self._error is None:
                 self._error = error
             count = len(self._items)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import traceback
+from abc import abstractmethod
 from collections import deque
 from typing import Any
 
@@ -62,7 +63,43 @@ class PipeChannel:
         return self._inbox.poll(timeout)
 
 
-class ThreadWorker(WorkerHandle):
+class NotifyingHandle(WorkerHandle):
+    """A worker whose replies and end are noticed in this process, each notifying its backend's activity condition."""
+
+    @property
+    @abstractmethod
+    def ended(self) -> bool:
+        """Whether the worker is gone for the pool."""
+
+
+class NotifiedBackend(Backend):
+    """A backend whose workers notify one condition of this process (their replies and ends): what :meth:`wait`
+    blocks on."""
+
+    def __init__(self) -> None:
+        self._activity = threading.Condition()
+        self._woken = False
+
+    def wait(self, handles: list[WorkerHandle], timeout: float | None) -> tuple[list[WorkerHandle], list[WorkerHandle]]:
+        workers = [handle for handle in handles if isinstance(handle, NotifyingHandle)]
+
+        def ready() -> bool:
+            return self._woken or any(worker.poll() or worker.ended for worker in workers)
+
+        with self._activity:
+            self._activity.wait_for(ready, timeout)
+            self._woken = False
+            readable: list[WorkerHandle] = [worker for worker in workers if worker.poll()]
+            dead: list[WorkerHandle] = [worker for worker in workers if worker.ended]
+        return readable, dead
+
+    def wake(self) -> None:
+        with self._activity:
+            self._woken = True
+            self._activity.notify_all()
+
+
+class ThreadWorker(NotifyingHandle):
     """
     A worker thread and the pool's end of its link.
 
@@ -129,33 +166,13 @@ class ThreadWorker(WorkerHandle):
         self.kill()
 
 
-class ThreadBackend(Backend):
+class ThreadBackend(NotifiedBackend):
     """Workers as threads of this process (``use_mp=False``)."""
 
-    def __init__(self) -> None:
-        self._activity = threading.Condition()
-        self._woken = False
+    name = "threads"
 
     def start_worker(self, worker_index: int, app_factory: bytes) -> ThreadWorker:
         return ThreadWorker(worker_index, app_factory, self._activity)
-
-    def wait(self, handles: list[WorkerHandle], timeout: float | None) -> tuple[list[WorkerHandle], list[WorkerHandle]]:
-        workers = [handle for handle in handles if isinstance(handle, ThreadWorker)]
-
-        def ready() -> bool:
-            return self._woken or any(worker.from_worker.items or worker.ended for worker in workers)
-
-        with self._activity:
-            self._activity.wait_for(ready, timeout)
-            self._woken = False
-            readable: list[WorkerHandle] = [worker for worker in workers if worker.from_worker.items]
-            dead: list[WorkerHandle] = [worker for worker in workers if worker.ended]
-        return readable, dead
-
-    def wake(self) -> None:
-        with self._activity:
-            self._woken = True
-            self._activity.notify_all()
 
     def close(self) -> None:
         """Nothing to release: the workers' links go with their handles."""

@@ -189,7 +189,7 @@ def test_bad_jobs_are_refused_before_any_work(scalar_policy: LinearPolicy) -> No
 RAY_BAD_CONSTRUCTION = [
     ({"start_method": "spawn"}, ValueError, "start_method is for backend='local' only"),
     ({"worker_resources": {"num_cpus": -1}}, ValueError, r"worker_resources\['num_cpus'\] must be a non-negative"),
-    ({"worker_resources": {"gpu_node": "1"}}, ValueError, r"worker_resources\['gpu_node'\] must be a non-negative"),
+    ({"worker_resources": {"gpu_node": "1"}}, TypeError, r"worker_resources\['gpu_node'\] must be a number"),
     ({"worker_resources": [("num_cpus", 1)]}, TypeError, "worker_resources must be a mapping"),
     ({"ray_address": "auto"}, ValueError, "ray_address='auto' was given, but this process is already connected"),
     ({"worker_resources": {"num_gpus": 1}}, ValueError, r"no node of the Ray cluster has .*\{'CPU': 1, 'GPU': 1\}"),

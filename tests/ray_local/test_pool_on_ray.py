@@ -14,10 +14,6 @@ pytest.importorskip("ray", reason="the Ray backend's tests need Ray: pip install
 from workers import test_pool
 from workers.test_pool import pool  # noqa: F401 - the pool of the tests, built on the backend chosen below
 
-from lit_sb3.workers.ray_backend import RayBackend
-
-test_pool.BACKENDS["ray"] = RayBackend
-
 IN_THE_DEFAULT_RUN = {
     "test_partial_results_arrive_before_their_task_ends",
     "test_an_immediate_control_changes_a_running_task",

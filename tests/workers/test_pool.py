@@ -16,7 +16,6 @@ from concurrent.futures import CancelledError
 import pytest
 
 from lit_sb3.workers import (
-    LocalBackend,
     PoolClosedError,
     Stream,
     ThreadBackend,
@@ -25,20 +24,23 @@ from lit_sb3.workers import (
     WorkerPool,
 )
 from lit_sb3.workers.backend import Backend
+from lit_sb3.workers.choice import BackendChoice
 from lit_sb3.workers.local import LocalWorker
 from workers.toy_apps import BrokenApp, CountingApp, SquareApp
 
-BACKENDS: dict[str, Callable[[], Backend]] = {"processes": LocalBackend, "threads": ThreadBackend}
 
-
-@pytest.fixture(params=sorted(BACKENDS))
+@pytest.fixture(params=["processes", "threads"])
 def backend_name(request: pytest.FixtureRequest) -> str:
     return request.param
 
 
+def new_backend(backend_name: str) -> Backend:
+    return BackendChoice.parse(backend_name).build()  # type: ignore[arg-type]
+
+
 def counting_pool(backend_name: str, n_workers: int = 2, **kwargs: object) -> WorkerPool:
     factories = [functools.partial(CountingApp, index) for index in range(n_workers)]
-    return WorkerPool(factories, backend=BACKENDS[backend_name](), **kwargs)  # type: ignore[arg-type]
+    return WorkerPool(factories, backend=new_backend(backend_name), **kwargs)  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -74,13 +76,18 @@ def wait_until(condition: Callable[[], bool], timeout: float = 20.0) -> None:
 
 
 def test_partial_results_arrive_before_their_task_ends(pool: WorkerPool) -> None:
-    stream = count_stream(pool, n_tasks=2, n_units=20, unit_seconds=0.05)
-    first = take(stream, 1)[0]
-    assert not stream.result.done()  # the tasks are still running
-    assert first.unit == 0 and first.value == (0, None)
-    rest = list(stream)
-    units_per_task = {task: [item.unit for item in [first, *rest] if item.task_index == task] for task in (0, 1)}
+    endless = pool.stream_tasks("forever", [(0.01,), (0.01,)], labels=["a", "b"], capacities=[1, 1])
+    firsts = take(endless, 6)  # only partial results can come: the tasks never end
+    assert not endless.result.done()
+    for task in (0, 1):
+        units = [item.unit for item in firsts if item.task_index == task]
+        assert units == list(range(len(units)))  # in order, from the first unit
+    endless.cancel()
+    stream = count_stream(pool, n_tasks=2, n_units=20, unit_seconds=0.0)
+    items = list(stream)
+    units_per_task = {task: [item.unit for item in items if item.task_index == task] for task in (0, 1)}
     assert units_per_task == {0: list(range(20)), 1: list(range(20))}
+    assert all(item.value == (item.unit, None) for item in items)
     assert stream.result.result(5) == [list(range(20)), list(range(20))]
     assert stream.counts.received == stream.counts.taken == 40
     assert stream.counts.dropped == stream.counts.discarded == 0
@@ -98,7 +105,7 @@ def test_a_failing_task_ends_its_stream_with_the_worker_traceback(pool: WorkerPo
 
 
 def test_emitting_outside_a_stream_fails_the_job_loudly(backend_name: str) -> None:
-    pool = WorkerPool([SquareApp], backend=BACKENDS[backend_name]())
+    pool = WorkerPool([SquareApp], backend=new_backend(backend_name))
     try:
         assert pool.run_tasks("square", [(3, False)], labels=["x"], capacities=[1]).result(10) == [9]
         future = pool.run_tasks("square", [(3, True)], labels=["x"], capacities=[1])
@@ -126,28 +133,36 @@ def test_cancel_stops_the_tasks_and_counts_what_it_discards(pool: WorkerPool) ->
 
 
 def test_immediate_controls_are_answered_while_a_task_runs(pool: WorkerPool) -> None:
-    stream = count_stream(pool, n_tasks=2, n_units=40, unit_seconds=0.05)
+    stream = pool.stream_tasks("forever", [(0.01,), (0.01,)], labels=["a", "b"], capacities=[1, 1])
     take(stream, 2)
-    for worker_index in range(2):
+    for worker_index in range(2):  # the tasks never end: only a call run between two of their steps is answered
         assert pool.call(worker_index, "whoami").result(10)[0] == worker_index
-    assert not stream.result.done()  # answered between two steps of the running tasks
-    barrier = pool.call(0, "finished_tasks")  # not immediate: waits for worker 0's task
-    assert barrier.result(30) == 1
-    assert stream.result.done() or stream.buffered + stream.counts.taken >= 40
     stream.cancel()
 
 
+def test_other_controls_wait_for_the_tasks_sent_before_them(pool: WorkerPool) -> None:
+    stream = count_stream(pool, n_tasks=1, n_units=20, unit_seconds=0.01)
+    worker = take(stream, 1)[0].worker_index
+    barrier = pool.call(worker, "finished_tasks")
+    received_when_answered: list[int] = []
+    barrier.add_done_callback(lambda _: received_when_answered.append(stream.counts.received))
+    assert barrier.result(30) == 1
+    assert received_when_answered == [20]  # the task's every partial result came before the answer
+    assert stream.result.result(10) == [list(range(20))]
+
+
 def test_an_immediate_control_changes_a_running_task(pool: WorkerPool) -> None:
-    stream = count_stream(pool, n_tasks=1, n_units=30, unit_seconds=0.02)
+    stream = pool.stream_tasks("forever", [(0.01,)], labels=["a"], capacities=[1, 1])
     before = take(stream, 3)
-    worker = before[0].worker_index
-    pool.call(worker, "set_tag", "new").result(10)
-    after = list(stream)
-    assert all(item.value[1] is None for item in before)
-    tags = [item.value[1] for item in after]
+    pool.call(before[0].worker_index, "set_tag", "new").result(10)
+    received_at_answer = stream.counts.received
+    after = take(stream, received_at_answer - len(before) + 3)  # all sent before the answer, and three more
+    stream.cancel()
+    tags = [item.value[1] for item in before + after]
     first_new = tags.index("new")
+    assert first_new >= len(before)  # taken before the call was made
     assert all(tag is None for tag in tags[:first_new]) and all(tag == "new" for tag in tags[first_new:])
-    assert first_new <= 2  # at most the unit under way and one handed over before the call was read
+    assert first_new <= received_at_answer  # everything the worker sent after its answer has the new tag
 
 
 # ------------------------------------------------------------------------------------------------------ credit
@@ -180,13 +195,17 @@ def test_the_buffer_bound_holds_across_workers_and_streams(backend_name: str) ->
 
 
 def test_credit_goes_where_it_is_needed(backend_name: str) -> None:
-    """One worker paused on a full buffer must not keep the other from using freed room."""
+    """Room freed by the consumer goes to the worker that used its credit, not to one that holds credit unused: a
+    fast task runs to its end while a slow one still holds its share of the buffer."""
     pool = counting_pool(backend_name, stream_capacity=2)
     try:
-        stream = count_stream(pool, n_tasks=2, n_units=10, unit_seconds=0.0)
-        workers = {item.worker_index for item in stream}
-        assert workers == {0, 1}
-        assert stream.counts.taken == 20
+        slow_and_fast = [(1, 600.0, -1), (40, 0.0, -1)]  # the slow task's only unit is due in ten minutes
+        stream = pool.stream_tasks("count", slow_and_fast, labels=["slow", "fast"], capacities=[1, 1])
+        fast = take(stream, 40)  # room for one result each: the fast task gets every room the consumer frees
+        assert [item.task_index for item in fast] == [1] * 40
+        assert [item.unit for item in fast] == list(range(40))
+        assert len({item.worker_index for item in fast}) == 1
+        stream.cancel()
     finally:
         pool.close()
 
@@ -221,6 +240,7 @@ def kill_worker(pool: WorkerPool, worker_index: int) -> None:
 def test_a_stream_resumes_after_its_worker_dies_mid_stream(pool: WorkerPool) -> None:
     stream = count_stream(pool, n_tasks=2, n_units=30, unit_seconds=0.02)
     items = take(stream, 10)
+    killed_task = items[-1].task_index
     kill_worker(pool, items[-1].worker_index)
     items += list(stream)
     per_task = {task: sorted(item.unit for item in items if item.task_index == task) for task in (0, 1)}
@@ -228,8 +248,15 @@ def test_a_stream_resumes_after_its_worker_dies_mid_stream(pool: WorkerPool) -> 
     assert stream.counts.resumed == 1
     assert pool.restarts == 1
     finals = stream.result.result(5)
-    assert sorted(finals[0] + finals[1]) != []  # the resumed task reports only what it emitted itself
-    assert len(finals[0]) + len(finals[1]) < 60 or stream.counts.interrupted >= 0
+    assert finals[1 - killed_task] == list(range(30))
+    # The resumed task reports only what it emitted itself: the units not delivered before its worker died, which
+    # reached the stream last.
+    resumed_units = finals[killed_task]
+    delivered_before = 30 - len(resumed_units)
+    assert 1 <= delivered_before < 30  # one delivered at least: the kill followed a unit of that worker
+    units_of_killed_task = [item.unit for item in items if item.task_index == killed_task]
+    assert units_of_killed_task[delivered_before:] == resumed_units == sorted(resumed_units)
+    assert stream.counts.interrupted <= 1  # at most the unit on the dead worker's one slot
 
 
 def test_rerun_and_fail_policies(backend_name: str) -> None:
@@ -272,13 +299,13 @@ def test_invalid_job_arguments_are_refused(pool: WorkerPool) -> None:
         pool.run_tasks("count", [(1, 0.0, -1)], labels=["x"], capacities=[1, 1], retry="again")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="one label per payload"):
         pool.stream_tasks("count", [(1, 0.0, -1)], labels=[], capacities=[1, 1])
-    with pytest.raises(ValueError, match="stream_capacity must be a positive int"):
+    with pytest.raises(ValueError, match="stream_capacity must be at least 1"):
         WorkerPool([CountingApp], backend=ThreadBackend(), stream_capacity=0)
 
 
 def test_an_app_that_cannot_be_built_is_reported(backend_name: str) -> None:
     with pytest.raises(WorkerError, match="cannot build this app"):
-        WorkerPool([BrokenApp], backend=BACKENDS[backend_name]())
+        WorkerPool([BrokenApp], backend=new_backend(backend_name))
 
 
 # ---------------------------------------------------------------------------------------------------- shutdown
