@@ -34,8 +34,9 @@ from lit_sb3.collection import (
     one_column_replay_buffer,
 )
 from lit_sb3.collection.acting import samples_directly
-from lit_sb3.collection.collector import check_backend_choice, collection_backend, default_workers, prepare_workers
+from lit_sb3.collection.collector import WORKER_PRELOAD
 from lit_sb3.envs.multi_env import IndexableMultiEnv
+from lit_sb3.workers.choice import BackendChoice
 
 Algorithm = TypeVar("Algorithm", bound=BaseAlgorithm)
 
@@ -93,8 +94,6 @@ class _AsyncAgent:
             env = IndexableMultiEnv([functools.partial(gym.make, env)])
         if env is not None:
             _check_env(env)
-        if not isinstance(use_mp, bool):
-            raise TypeError(f"use_mp must be a bool, got {type(use_mp)!r}")
         check_positive_int("max_episodes_in_buffer", max_episodes_in_buffer)
         if n_workers is not None:
             check_positive_int("n_workers", n_workers)
@@ -114,7 +113,9 @@ class _AsyncAgent:
             raise ValueError(f"max_policy_lag must be a non-negative int or None, got {max_policy_lag!r}")
         if not isinstance(max_restarts, int) or isinstance(max_restarts, bool) or max_restarts < 0:
             raise ValueError(f"max_restarts must be a non-negative int, got {max_restarts!r}")
-        check_backend_choice(use_mp, backend, ray_address=ray_address, worker_resources=worker_resources)
+        self._workers = BackendChoice.from_use_mp(
+            use_mp, backend, ray_address=ray_address, worker_resources=worker_resources
+        )
         self.use_mp = use_mp
         self.backend = backend
         self.ray_address = ray_address
@@ -126,7 +127,7 @@ class _AsyncAgent:
         self.max_policy_lag = max_policy_lag
         self.max_restarts = max_restarts
         self.reproducible = reproducible
-        prepare_workers(use_mp, backend)
+        self._workers.prepare(WORKER_PRELOAD)
         self._collector: AsyncCollector | None = None
         self._plan: CollectionPlan | None = None
         self._weights_version = 0
@@ -206,7 +207,7 @@ class _AsyncAgent:
         """Start the collection (kept across ``learn()`` calls until :meth:`shutdown`)."""
         env = _multi_env(self.env)
         assert isinstance(env, IndexableMultiEnv)
-        n_workers = self.n_workers if self.n_workers is not None else default_workers(env.num_envs, self.use_mp)
+        n_workers = self.n_workers if self.n_workers is not None else self._workers.default_workers(env.num_envs)
         self._plan = plan = CollectionPlan.for_algorithm(
             self,  # type: ignore[arg-type]
             self._base_seed(),
@@ -218,13 +219,7 @@ class _AsyncAgent:
             plan.acting,
             plan.progress(self.num_timesteps),
             rollout=plan.rollout,
-            backend=functools.partial(
-                collection_backend,
-                self.use_mp,
-                self.backend,
-                ray_address=self.ray_address,
-                worker_resources=self.worker_resources,
-            ),
+            backend=self._workers,
             n_workers=n_workers,
             max_episodes_in_buffer=self.max_episodes_in_buffer,
             queue_put_timeout=self.queue_put_timeout,

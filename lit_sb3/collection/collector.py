@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
@@ -25,18 +24,14 @@ from lit_sb3.collection.rollout import Rollout, RolloutSpec
 from lit_sb3.collection.statistics import NormalizationStatistics
 from lit_sb3.collection.weights import WeightBoard
 from lit_sb3.envs.multi_env import IndexableMultiEnv
-from lit_sb3.workers.backend import Backend, make_backend
-from lit_sb3.workers.local import start_fork_server
+from lit_sb3.workers.choice import BackendChoice
 from lit_sb3.workers.pool import WorkerPool
 from lit_sb3.workers.stream import Stream, StreamItem
-from lit_sb3.workers.threads import ThreadBackend
 
 #: Policy lags kept for the profiler's percentiles.
 LAG_WINDOW = 10_000
 #: What the fork server of worker processes imports ahead of them.
 WORKER_PRELOAD = (EpisodeWorker.__module__,)
-#: The profiler's name of each backend.
-BACKEND_LABELS = {"LocalBackend": "processes", "ThreadBackend": "threads", "RayBackend": "ray"}
 
 
 class AsyncCollector:
@@ -51,7 +46,7 @@ class AsyncCollector:
     :param spec: How workers act.
     :param progress: The trainer's progress now.
     :param rollout: On-policy: how rollouts are built; None for off-policy (episodes are handed one ahead).
-    :param backend: Builds the backend workers run on (see :func:`collection_backend`).
+    :param backend: Where the workers run.
     :param n_workers: Number of workers.
     :param max_episodes_in_buffer: Most finished episodes buffered at once, across all workers.
     :param queue_put_timeout: Seconds a finished episode waits for buffer room before it is dropped (counted);
@@ -78,7 +73,7 @@ class AsyncCollector:
         progress: Progress,
         *,
         rollout: RolloutSpec | None,
-        backend: Callable[[], Backend],
+        backend: BackendChoice,
         n_workers: int,
         max_episodes_in_buffer: int,
         queue_put_timeout: float | None,
@@ -118,7 +113,7 @@ class AsyncCollector:
         ]
         self.pool = WorkerPool(  # closes the backend if it fails
             factories,
-            backend=backend(),
+            backend=backend.build(WORKER_PRELOAD),
             max_restarts=max_restarts,
             unit_name="episode",
             stream_capacity=max_episodes_in_buffer,
@@ -252,7 +247,7 @@ class AsyncCollector:
             },
             "transport": {
                 "utilization": self.stream.buffered / self.max_episodes_in_buffer,
-                "backend": BACKEND_LABELS[type(self.pool.backend).__name__],
+                "backend": self.pool.backend.name,
                 "env_steps_per_second": received.steps / elapsed if elapsed > 0 else 0.0,
             },
             "policy": {
@@ -346,70 +341,3 @@ def policy_copy(policy: BasePolicy) -> BasePolicy:
     copied = type(policy)(**policy._get_constructor_parameters())
     copied.load_state_dict(policy.state_dict())
     return copied.to("cpu")
-
-
-def collection_backend(
-    use_mp: bool,
-    backend: str | None,
-    *,
-    ray_address: str | None = None,
-    worker_resources: Mapping[str, float] | None = None,
-) -> Backend:
-    """
-    :param use_mp: Whether workers are processes.
-    :param backend: None (threads, or local processes with ``use_mp``) or ``"ray"`` (one Ray actor per worker,
-        with ``use_mp``).
-    :param ray_address: With ``backend="ray"``: the cluster to connect to.
-    :param worker_resources: With ``backend="ray"``: the resources of each worker's actor.
-    :return: The backend the collection's workers run on.
-    """
-    check_backend_choice(use_mp, backend, ray_address=ray_address, worker_resources=worker_resources)
-    if not use_mp:
-        return ThreadBackend()
-    return make_backend(
-        "local" if backend is None else "ray",
-        preload=WORKER_PRELOAD if backend is None else (),
-        ray_address=ray_address,
-        worker_resources=worker_resources,
-    )
-
-
-def check_backend_choice(
-    use_mp: bool,
-    backend: str | None,
-    *,
-    ray_address: str | None = None,
-    worker_resources: Mapping[str, float] | None = None,
-) -> None:
-    """
-    :raises ValueError: if the choice of workers does not hold together (see :func:`collection_backend`).
-    """
-    if backend not in (None, "ray"):
-        raise ValueError(
-            f"backend must be None (threads, or local processes with use_mp=True) or 'ray', got {backend!r}"
-        )
-    if backend == "ray" and not use_mp:
-        raise ValueError("backend='ray' runs workers as Ray actors, which are processes: pass use_mp=True with it")
-    if backend is None and (ray_address is not None or worker_resources is not None):
-        raise ValueError("ray_address and worker_resources need backend='ray'")
-
-
-def prepare_workers(use_mp: bool, backend: str | None) -> None:
-    """
-    Start what local worker processes will be forked from, so that its imports run while the agent is being built.
-
-    :param use_mp: Whether workers are processes.
-    :param backend: None for local processes (threads and Ray actors need nothing).
-    """
-    if use_mp and backend is None:
-        start_fork_server(WORKER_PRELOAD)
-
-
-def default_workers(n_envs: int, use_mp: bool) -> int:
-    """
-    :param n_envs: Number of environments.
-    :param use_mp: Whether workers are processes.
-    :return: One process per core but one, which the trainer keeps (at most one per environment, at least one);
-        one thread (threads share the GIL).
-    """
-    return max(1, min(n_envs, (os.cpu_count() or 1) - 1)) if use_mp else 1

@@ -4,21 +4,15 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from typing import Literal
 
 import gymnasium as gym
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
 
 from lit_sb3.collection import AsyncCollector, CollectionPlan, Progress
-from lit_sb3.collection.collector import collection_backend, default_workers
 from lit_sb3.envs.multi_env import IndexableMultiEnv
 from lit_sb3.vec_env.async_eval import AsyncEval
-from lit_sb3.workers.backend import Backend
-from lit_sb3.workers.threads import ThreadBackend
-
-#: Where the workers run.
-BACKENDS = ("processes", "threads", "ray")
+from lit_sb3.workers.choice import BackendChoice
 
 
 class EnvGroup:
@@ -49,8 +43,7 @@ class EnvGroup:
         n_eval_workers: int = 1,
     ) -> None:
         self.env = IndexableMultiEnv(env_fns)  # checks env_fns
-        if backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        self.workers = BackendChoice.parse(backend)
         for name, value in (("n_workers", n_workers), ("max_episodes_in_buffer", max_episodes_in_buffer)):
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
@@ -61,7 +54,7 @@ class EnvGroup:
         if eval_env_fn is not None and not callable(eval_env_fn):
             raise TypeError(f"eval_env_fn must be callable (returning a gymnasium Env), got {type(eval_env_fn)!r}")
         self.backend = backend
-        self.n_workers = n_workers or default_workers(self.env.num_envs, use_mp=backend != "threads")
+        self.n_workers = n_workers or self.workers.default_workers(self.env.num_envs)
         self.max_episodes_in_buffer = max_episodes_in_buffer
         self.max_restarts = max_restarts
         self.eval_env_fn = eval_env_fn or self.env.env_fns[0]
@@ -98,9 +91,7 @@ class EnvGroup:
             plan.acting,
             progress,
             rollout=plan.rollout,
-            backend=functools.partial(
-                collection_backend, self.backend != "threads", "ray" if self.backend == "ray" else None
-            ),
+            backend=self.workers,
             n_workers=self.n_workers,
             max_episodes_in_buffer=self.max_episodes_in_buffer,
             queue_put_timeout=None,
@@ -116,13 +107,8 @@ class EnvGroup:
         :param n_episodes: Episodes per evaluation.
         :return: Evaluation workers of the same backend as the collection.
         """
-        backend: Backend | Literal["ray"] | None = None  # local processes
-        if self.backend == "threads":
-            backend = ThreadBackend()
-        elif self.backend == "ray":
-            backend = "ray"
         envs_fn: list[Callable[[], VecEnv]] = [functools.partial(_vec_env, self.eval_env_fn)] * self.n_eval_workers
-        return AsyncEval(envs_fn, policy, n_eval_episodes=n_episodes, backend=backend)
+        return AsyncEval(envs_fn, policy, n_eval_episodes=n_episodes, backend=self.workers.backend)
 
 
 def _vec_env(env_fn: Callable[[], gym.Env]) -> VecEnv:

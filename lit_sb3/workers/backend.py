@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -99,23 +98,3 @@ class Backend(ABC):
         :return: A board the worker writes and the pool reads (shared memory unless the backend says otherwise).
         """
         return SharedArray(shape, np.float64)
-
-
-def make_backend(
-    backend: str | Backend,
-    *,
-    start_method: str | None = None,
-    preload: Sequence[str] = (),
-    ray_address: str | None = None,
-    worker_resources: Mapping[str, float] | None = None,
-) -> Backend:
-    """
-    The old spelling of ``BackendChoice.parse(backend, ...).build(preload)``, left for the callers that do not use
-    :class:`~lit_sb3.workers.choice.BackendChoice` yet; it goes with the last of them.
-    """
-    from lit_sb3.workers.choice import BackendChoice
-
-    choice = BackendChoice.parse(
-        backend, start_method=start_method, ray_address=ray_address, worker_resources=worker_resources
-    )
-    return choice.build(preload)
