@@ -11,19 +11,10 @@ from stable_baselines3.common.type_aliases import GymEnv, Schedule
 from stable_baselines3.common.utils import update_learning_rate
 
 from lit_sb3.population.base import PopulationAlgorithm, check_population_size, checked_schedule
+from lit_sb3.population.optimizers import ClipUp, resolve_optimizer, step_along
+from lit_sb3.population.ranking import centered_ranks
 
-
-def centered_ranks(values: np.ndarray) -> np.ndarray:
-    """
-    Centred-rank fitness shaping: ranks scaled to [-0.5, 0.5], tied values sharing their mean rank.
-
-    :param values: One value per candidate (at least two).
-    :return: The shaped values, same shape.
-    """
-    _, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
-    first_rank = np.cumsum(counts) - counts
-    mean_rank = first_rank + (counts - 1) / 2.0
-    return mean_rank[inverse] / (len(values) - 1) - 0.5
+__all__ = ["ES", "centered_ranks"]
 
 
 class ES(PopulationAlgorithm):
@@ -33,9 +24,12 @@ class ES(PopulationAlgorithm):
     Each round evaluates ``pop_size / 2`` antithetic pairs of Gaussian perturbations of the policy weights,
     ``weights +- sigma * noise``. The returns are replaced by their centred ranks, the gradient of the smoothed
     objective is estimated from them, and a torch optimiser (Adam by default; ``th.optim.SGD`` with
-    ``optimizer_kwargs={"momentum": 0.9}`` for plain SGD with momentum) steps the policy parameters along it,
-    with L2 weight decay. Ranks make the update independent of the scale of the returns; Adam makes the step
-    length mostly independent of ``sigma`` and of the number of parameters.
+    ``optimizer_kwargs={"momentum": 0.9}`` for plain SGD with momentum; ``"clipup"`` for
+    :class:`~lit_sb3.population.optimizers.ClipUp`) steps the policy parameters along it, with L2 weight decay.
+    Ranks make the update independent of the scale of the returns; Adam makes the step length mostly independent
+    of ``sigma`` and of the number of parameters; ClipUp makes it exactly ``learning_rate`` per round (normalised
+    gradient), with momentum, and bounds the velocity by its ``max_speed`` (``optimizer_kwargs={"max_speed": ...}``,
+    by default twice the learning rate).
 
     :param policy: The policy to train: "LinearPolicy", "MlpPolicy" or a policy class.
     :param env: The environment to train on (if registered in Gymnasium, can be str).
@@ -43,8 +37,9 @@ class ES(PopulationAlgorithm):
     :param sigma: Float or schedule for the standard deviation of the perturbations.
     :param learning_rate: Float or schedule for the optimiser's learning rate.
     :param weight_decay: L2 penalty coefficient, passed to the optimiser.
-    :param optimizer_class: The torch optimiser.
-    :param optimizer_kwargs: More keyword arguments for the optimiser; by default ``betas=(0.5, 0.999)`` for Adam.
+    :param optimizer_class: The torch optimiser class, or its name: ``"adam"``, ``"sgd"`` or ``"clipup"``.
+    :param optimizer_kwargs: More keyword arguments for the optimiser; by default ``betas=(0.5, 0.999)`` for Adam
+        (``momentum`` and ``max_speed`` for ClipUp, whose defaults are 0.9 and twice the learning rate).
     :param zero_policy: Whether the policy starts from all-zero weights.
     :param alive_bonus_offset: Constant added to the reward at each step, used to cancel out alive bonuses.
     :param n_eval_episodes: Number of episodes to evaluate each candidate.
@@ -68,7 +63,7 @@ class ES(PopulationAlgorithm):
         sigma: float | Schedule = 0.1,
         learning_rate: float | Schedule = 0.1,
         weight_decay: float = 0.005,
-        optimizer_class: type[th.optim.Optimizer] = th.optim.Adam,
+        optimizer_class: type[th.optim.Optimizer] | str = th.optim.Adam,
         optimizer_kwargs: dict[str, Any] | None = None,
         zero_policy: bool = True,
         alive_bonus_offset: float = 0.0,
@@ -82,6 +77,7 @@ class ES(PopulationAlgorithm):
         _init_setup_model: bool = True,
     ) -> None:
         check_population_size(pop_size, even=True)
+        optimizer_class = resolve_optimizer("optimizer_class", optimizer_class)
         if weight_decay < 0:
             raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
         super().__init__(
@@ -137,17 +133,14 @@ class ES(PopulationAlgorithm):
         gradient = (shaped[:n_pairs] - shaped[n_pairs:]) @ self._noise / (self.pop_size * self._pending_sigma)
         learning_rate = self._scheduled("learning_rate", self.lr_schedule, allow_zero=True)
         update_learning_rate(self.optimizer, learning_rate)
-        # The optimiser minimises: its gradient is the negated ascent direction.
-        descent = th.as_tensor(-gradient, dtype=th.float32, device=self.device)
-        offset = 0
-        for parameter in self.policy.parameters():
-            parameter.grad = descent[offset : offset + parameter.numel()].view_as(parameter).clone()
-            offset += parameter.numel()
-        self.optimizer.step()
+        step_along(self.optimizer, self.policy.parameters(), gradient)
         self._noise = None
-        return {
+        statistics = {
             "train/learning_rate": learning_rate,
             "train/sigma": self._pending_sigma,
             "train/gradient_norm": float(np.linalg.norm(gradient)),
             "rollout/return_std": float(np.std(returns)),
         }
+        if isinstance(self.optimizer, ClipUp):
+            statistics["train/speed"] = self.optimizer.speed()
+        return statistics

@@ -1,0 +1,138 @@
+"""Optimisers that follow a search gradient: ClipUp (Toklu et al., 2020) beside torch's Adam and SGD."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+import torch as th
+
+from lit_sb3.checks import check_scale
+
+
+class ClipUp(th.optim.Optimizer):
+    """
+    ClipUp: https://arxiv.org/abs/2008.02387 (Toklu, Liskowski and Srivastava, "ClipUp: A Simple and Powerful
+    Optimizer for Distribution-based Policy Evolution", PPSN 2020).
+
+    Gradient steps of fixed length ``lr`` (the gradient is normalised), accumulated with heavy-ball momentum into a
+    velocity whose norm is clipped to ``max_speed``. The step therefore depends on neither the scale of the returns
+    nor the size of the gradient estimate, and ``max_speed`` bounds how far the centre moves in one round: the
+    paper's rule of thumb is ``lr = max_speed / 2`` and an initial search radius of ``15 * max_speed``. As a torch
+    optimiser it minimises (``step()`` moves against ``p.grad``); norms are taken over all the parameters of a
+    parameter group, as if they were one flat vector. A zero gradient adds no step (the velocity only decays).
+
+    :param params: The parameters (or parameter groups) to optimise.
+    :param lr: The length of each normalised gradient step (the paper's alpha).
+    :param momentum: The momentum coefficient (the paper's m), in [0, 1].
+    :param max_speed: The largest velocity norm (the paper's v_max); None for twice ``lr`` (EvoTorch's default),
+        which then follows a learning-rate schedule.
+    :param weight_decay: L2 penalty coefficient, added to the gradient before it is normalised.
+    """
+
+    def __init__(
+        self,
+        params: Iterable[th.Tensor] | Iterable[dict[str, Any]],
+        lr: float = 0.075,
+        momentum: float = 0.9,
+        max_speed: float | None = None,
+        weight_decay: float = 0.0,
+    ) -> None:
+        check_scale("lr", lr, allow_zero=True)
+        if not 0.0 <= momentum <= 1.0:
+            raise ValueError(f"momentum must be in [0, 1], got {momentum}")
+        if max_speed is not None:
+            check_scale("max_speed", max_speed)
+        check_scale("weight_decay", weight_decay, allow_zero=True)
+        defaults = {"lr": lr, "momentum": momentum, "max_speed": max_speed, "weight_decay": weight_decay}
+        super().__init__(params, defaults)
+
+    @th.no_grad()
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
+        """
+        One update of every parameter group that has gradients.
+
+        :param closure: Re-evaluates the model and returns the loss (optional, as in torch).
+        :return: The loss ``closure`` returned, if given.
+        """
+        loss = None
+        if closure is not None:
+            with th.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            params = [parameter for parameter in group["params"] if parameter.grad is not None]
+            if not params:
+                continue
+            gradients = [parameter.grad + group["weight_decay"] * parameter for parameter in params]
+            velocities = [self._velocity(parameter) for parameter in params]
+            gradient_norm = _norm(gradients)
+            # v <- m * v - alpha * g / ||g||  (a descent step: torch optimisers minimise)
+            for velocity, gradient in zip(velocities, gradients, strict=True):
+                velocity.mul_(group["momentum"])
+                if gradient_norm > 0.0:
+                    velocity.add_(gradient, alpha=-group["lr"] / gradient_norm)
+            # v <- v * min(1, v_max / ||v||)
+            max_speed = group["max_speed"] if group["max_speed"] is not None else 2.0 * group["lr"]
+            speed = _norm(velocities)
+            if speed > max_speed:
+                for velocity in velocities:
+                    velocity.mul_(max_speed / speed)
+            # theta <- theta + v
+            for parameter, velocity in zip(params, velocities, strict=True):
+                parameter.add_(velocity)
+        return loss
+
+    def _velocity(self, parameter: th.Tensor) -> th.Tensor:
+        state = self.state[parameter]
+        if "velocity" not in state:
+            state["velocity"] = th.zeros_like(parameter, memory_format=th.preserve_format)
+        return state["velocity"]
+
+    def speed(self) -> float:
+        """:return: The norm of the velocity of every parameter (0 before the first step)."""
+        velocities = [state["velocity"] for state in self.state.values() if "velocity" in state]
+        return _norm(velocities) if velocities else 0.0
+
+
+def _norm(tensors: list[th.Tensor]) -> float:
+    """:return: The Euclidean norm of the tensors taken as one flat vector (summed in float64)."""
+    return math.sqrt(sum(float(tensor.double().square().sum()) for tensor in tensors))
+
+
+#: The optimisers chosen by name, as EvoTorch's ``optimizer`` argument names them.
+OPTIMIZERS: dict[str, type[th.optim.Optimizer]] = {"adam": th.optim.Adam, "clipup": ClipUp, "sgd": th.optim.SGD}
+
+
+def resolve_optimizer(name: str, optimizer: str | type[th.optim.Optimizer]) -> type[th.optim.Optimizer]:
+    """
+    :param name: The argument's name, for the message.
+    :param optimizer: ``"adam"``, ``"clipup"`` or ``"sgd"`` (any case), or a torch optimiser class.
+    :return: The optimiser class.
+    :raises ValueError: for an unknown name or anything else.
+    """
+    if isinstance(optimizer, str) and optimizer.lower() in OPTIMIZERS:
+        return OPTIMIZERS[optimizer.lower()]
+    if isinstance(optimizer, type) and issubclass(optimizer, th.optim.Optimizer):
+        return optimizer
+    raise ValueError(
+        f"{name} must be one of {', '.join(map(repr, OPTIMIZERS))} or a torch optimizer class, got {optimizer!r}"
+    )
+
+
+def step_along(optimizer: th.optim.Optimizer, parameters: Iterable[th.Tensor], ascent: np.ndarray) -> None:
+    """
+    One optimiser step up a search gradient.
+
+    :param optimizer: A torch optimiser over ``parameters``.
+    :param parameters: The parameters, in the order of the flat vector ``ascent``.
+    :param ascent: The direction of steepest ascent (the estimated search gradient), flat.
+    """
+    # The optimiser minimises: its gradient is the negated ascent direction.
+    descent = th.as_tensor(-ascent, dtype=th.float32)
+    offset = 0
+    for parameter in parameters:
+        parameter.grad = descent[offset : offset + parameter.numel()].view_as(parameter).to(parameter.device).clone()
+        offset += parameter.numel()
+    optimizer.step()
