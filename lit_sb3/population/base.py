@@ -32,17 +32,33 @@ SelfPopulationAlgorithm = TypeVar("SelfPopulationAlgorithm", bound="PopulationAl
 SAMPLING_STREAM, EVALUATION_STREAM = 0, 1
 
 
-def check_population_size(pop_size: Any, *, even: bool = False) -> None:
+def check_population_size(pop_size: Any, *, even: bool = False, name: str = "pop_size") -> None:
     """
     :param pop_size: Candidates per round: an int of at least 2 (even with ``even``).
     :param even: Whether the population is made of antithetic pairs.
+    :param name: The argument's name, for the message.
     :raises TypeError: if ``pop_size`` is not an int.
     :raises ValueError: if it is too small or odd.
     """
-    check_positive_int("pop_size", pop_size)
+    check_positive_int(name, pop_size)
     if pop_size < 2 or (even and pop_size % 2):
         kind = "an even int (antithetic pairs)" if even else "an int"
-        raise ValueError(f"pop_size must be {kind} >= 2, got {pop_size}")
+        raise ValueError(f"{name} must be {kind} >= 2, got {pop_size}")
+
+
+def check_interaction_budget(num_interactions: Any, popsize_max: Any) -> None:
+    """
+    :param num_interactions: Env steps a round must reach before its update, or None.
+    :param popsize_max: The most candidates a round grows to, or None (needs ``num_interactions``).
+    :raises TypeError: if either is neither an int nor None.
+    :raises ValueError: if either is below 1, or ``popsize_max`` is given alone.
+    """
+    if num_interactions is not None:
+        check_positive_int("num_interactions", num_interactions)
+    if popsize_max is not None:
+        check_positive_int("popsize_max", popsize_max)
+        if num_interactions is None:
+            raise ValueError("popsize_max bounds the population num_interactions grows: set num_interactions too")
 
 
 def checked_schedule(name: str, value: float | Schedule, *, allow_zero: bool = False) -> Schedule:
@@ -57,6 +73,14 @@ def checked_schedule(name: str, value: float | Schedule, *, allow_zero: bool = F
     return schedule
 
 
+def _one_per_candidate(name: str, values: Iterable[float] | np.ndarray | th.Tensor, pop_size: int) -> np.ndarray:
+    """:return: ``values`` as a float64 array, checked to hold one value per candidate."""
+    array = np.asarray(values.detach().cpu() if isinstance(values, th.Tensor) else values, dtype=np.float64)
+    if array.shape != (pop_size,):
+        raise ValueError(f"{name} must have one value per candidate, shape ({pop_size},), got {array.shape}")
+    return array
+
+
 def _get_obs_rms(vec_normalize: VecNormalize) -> RunningMeanStd:
     # Population methods take flat observations only: the statistics are one RunningMeanStd, never a dict.
     return cast(RunningMeanStd, vec_normalize.obs_rms)
@@ -67,19 +91,41 @@ def _set_obs_rms(vec_normalize: VecNormalize, obs_rms: RunningMeanStd) -> None:
 
 
 @dataclass
+class ToldBatch:
+    """
+    A batch of a round that an interaction budget (``num_interactions``) keeps growing: told, not yet used.
+
+    :param candidates: Its candidates (float64), as :meth:`PopulationAlgorithm._sample_candidates` returned them.
+    :param returns: One return per candidate.
+    :param interactions: The env steps its candidates took, in total.
+    :param episodes: Its episodes, as :class:`EvaluatedRound` lists them (none when told through ``tell()``).
+    """
+
+    candidates: np.ndarray
+    returns: np.ndarray
+    interactions: int
+    episodes: list[tuple[int, int, float, int]]
+
+
+@dataclass
 class EvaluatedRound:
     """
     The results of an evaluated population, kept until it is told: the model's callbacks see its episodes one at a
     time, and a callback may stop training (or save the model) between two of them.
 
-    :param candidate_returns: One return per candidate, as :meth:`PopulationAlgorithm.tell` takes them.
-    :param episodes: ``(candidate_index, episode_index, episode_return, episode_length)`` of every episode.
+    :param candidate_returns: One return per candidate of the last batch, as :meth:`PopulationAlgorithm.tell`
+        takes them.
+    :param episodes: ``(candidate_index, episode_index, episode_return, episode_length)`` of every episode of the
+        round (candidate indices count from the round's first batch).
     :param n_reported: How many of ``episodes`` the callbacks have seen.
+    :param candidate_interactions: The env steps of each candidate of the last batch, told with the returns when
+        the round has an interaction budget.
     """
 
     candidate_returns: np.ndarray
     episodes: list[tuple[int, int, float, int]]
     n_reported: int = 0
+    candidate_interactions: np.ndarray | None = None
 
 
 class EnvStepProgressBar(ProgressBarCallback):
@@ -109,6 +155,12 @@ class PopulationAlgorithm(BaseAlgorithm):
             candidate_weights = model.ask()
             model.tell([my_return(weights) for weights in candidate_weights])
 
+    With an interaction budget (``num_interactions``, for the methods that take one), a round is made of batches:
+    after each batch is evaluated, another is sampled from the same distribution while the round's candidates have
+    taken fewer than ``num_interactions`` env steps in total and are fewer than ``popsize_max``; the update then
+    uses them all. With ask/tell, pass each batch's env steps: ``tell(returns, interactions)`` returns an empty
+    dict while the round goes on, and the next ``ask()`` gives the next batch.
+
     Schedules (learning rate, noise) follow the progress of ``learn()``; with ask/tell alone they keep the value of
     the progress of the last ``learn()`` (1 before any). :meth:`set_parameters` with other weights drops a pending
     population.
@@ -134,6 +186,9 @@ class PopulationAlgorithm(BaseAlgorithm):
     :param n_eval_episodes: Episodes evaluated per candidate.
     :param alive_bonus_offset: Constant added to the reward of every step, to cancel out alive bonuses.
     :param zero_policy: Whether the policy starts from all-zero weights.
+    :param num_interactions: The env steps a round's candidates must take in total before the update (more batches
+        are sampled until they do), or None for rounds of one batch.
+    :param popsize_max: The number of candidates at which a round stops growing, or None for no bound.
     :param policy_kwargs: Keyword arguments passed to the policy on creation.
     :param stats_window_size: Window size of the episode statistics buffer (``ep_info_buffer``).
     :param tensorboard_log: The log location for TensorBoard (if None, no logging).
@@ -154,6 +209,8 @@ class PopulationAlgorithm(BaseAlgorithm):
         n_eval_episodes: int = 1,
         alive_bonus_offset: float = 0.0,
         zero_policy: bool = False,
+        num_interactions: int | None = None,
+        popsize_max: int | None = None,
         policy_kwargs: dict[str, Any] | None = None,
         stats_window_size: int = 100,
         tensorboard_log: str | None = None,
@@ -162,6 +219,7 @@ class PopulationAlgorithm(BaseAlgorithm):
         device: th.device | str = "cpu",
     ) -> None:
         check_positive_int("n_eval_episodes", n_eval_episodes)
+        check_interaction_budget(num_interactions, popsize_max)
         checked_schedule("learning_rate", learning_rate, allow_zero=True)
         super().__init__(
             policy,
@@ -180,12 +238,15 @@ class PopulationAlgorithm(BaseAlgorithm):
         self.n_eval_episodes = n_eval_episodes
         self.alive_bonus_offset = float(alive_bonus_offset)
         self.zero_policy = zero_policy
+        self.num_interactions = num_interactions
+        self.popsize_max = popsize_max
         # Set by _setup_model() unless load() restored them.
         self._seed_entropy: int | None = None
         self._rng: np.random.Generator | None = None
         self._pending_candidates: np.ndarray | None = None
         self._pending_centre: np.ndarray | None = None  # the policy weights the pending population was sampled around
         self._evaluated_round: EvaluatedRound | None = None
+        self._told_batches: list[ToldBatch] = []  # the round's earlier batches, under an interaction budget
         self._saved_obs_rms: RunningMeanStd | None = None
         # Every observation counted once, when the statistics the policy is normalised with lag behind them (see
         # _normalization_statistics); None when those are the exact ones.
@@ -252,7 +313,7 @@ class PopulationAlgorithm(BaseAlgorithm):
         device: th.device | str = "auto",
     ) -> None:
         """
-        Load parameters into the policy. A pending population sampled around other weights is dropped.
+        Load parameters into the policy. A pending population (or round) sampled around other weights is dropped.
 
         :param load_path_or_dict: Location of the saved model, or a dict of state dicts, as Stable-Baselines3 takes.
         :param exact_match: Whether every parameter must be given.
@@ -262,6 +323,7 @@ class PopulationAlgorithm(BaseAlgorithm):
         centre = self._pending_centre
         if centre is not None and not np.array_equal(self.policy.parameters_to_vector(), centre):
             self._pending_candidates = self._pending_centre = self._evaluated_round = None
+            self._told_batches = []
         self._parameters_set()
 
     def _parameters_set(self) -> None:
@@ -340,27 +402,72 @@ class PopulationAlgorithm(BaseAlgorithm):
             self._pending_candidates = self._sample_candidates()
         return self._pending_candidates.astype(np.float32)
 
-    def tell(self, returns: Iterable[float] | np.ndarray | th.Tensor) -> dict[str, float]:
+    def tell(
+        self,
+        returns: Iterable[float] | np.ndarray | th.Tensor,
+        interactions: Iterable[int] | np.ndarray | None = None,
+    ) -> dict[str, float]:
         """
         Update from the returns of the candidates of the last :meth:`ask`; the policy then holds the new centre.
+        Under an interaction budget, the round instead grows by a batch while it is short of its budget: then
+        nothing is updated, an empty dict is returned and the next :meth:`ask` gives the next batch.
 
         :param returns: One return per candidate (higher is better), in the order of :meth:`ask`'s rows.
-        :return: The update's statistics, by logger key (what ``learn()`` logs).
-        :raises ValueError: if no population is pending, or ``returns`` has the wrong shape or NaN/inf values.
+        :param interactions: The env steps each candidate took (all its episodes): needed with ``num_interactions``,
+            refused without.
+        :return: The update's statistics, by logger key (what ``learn()`` logs); empty while a round grows.
+        :raises ValueError: if no population is pending, or ``returns`` or ``interactions`` has the wrong shape or
+            bad values, or ``interactions`` is missing or not expected.
         """
         if self._pending_candidates is None:
             raise ValueError("tell() was called with no population pending: call ask() first")
-        values = np.asarray(returns.detach().cpu() if isinstance(returns, th.Tensor) else returns, dtype=np.float64)
         pop_size = len(self._pending_candidates)
-        if values.shape != (pop_size,):
-            raise ValueError(f"returns must have one value per candidate, shape ({pop_size},), got {values.shape}")
+        values = _one_per_candidate("returns", returns, pop_size)
         not_finite = np.flatnonzero(~np.isfinite(values))
         if not_finite.size:
             raise ValueError(f"returns has NaN or infinite values for candidates {not_finite.tolist()}")
-        statistics = self._update(self._pending_candidates, values)
+        steps = 0
+        if self.num_interactions is None:
+            if interactions is not None:
+                raise ValueError("interactions are only counted with num_interactions set: leave them out")
+        elif interactions is None:
+            raise ValueError(
+                f"tell() needs the env steps of each candidate (interactions): num_interactions={self.num_interactions}"
+            )
+        else:
+            counts = _one_per_candidate("interactions", interactions, pop_size)
+            if not (np.all(counts >= 0) and np.array_equal(counts, np.round(counts))):
+                raise ValueError(f"interactions must be non-negative whole numbers, got {counts.tolist()}")
+            steps = int(counts.sum())
+        return self._tell(values, steps, [])
+
+    def _tell(
+        self, returns: np.ndarray, interactions: int, episodes: list[tuple[int, int, float, int]]
+    ) -> dict[str, float]:
+        """Tell the pending batch (checked): keep it if the round must grow, else update from the whole round."""
+        candidates = self._pending_candidates
+        assert candidates is not None
+        if not self._round_complete(extra_candidates=len(candidates), extra_interactions=interactions):
+            self._told_batches.append(ToldBatch(candidates, returns, interactions, episodes))
+            self._pending_candidates = self._evaluated_round = None
+            return {}
+        if self._told_batches:
+            candidates = np.concatenate([*(batch.candidates for batch in self._told_batches), candidates])
+            returns = np.concatenate([*(batch.returns for batch in self._told_batches), returns])
+        statistics = self._update(candidates, returns)
         self._pending_candidates = self._pending_centre = self._evaluated_round = None
+        self._told_batches = []
         self._n_updates += 1
         return statistics
+
+    def _round_complete(self, *, extra_candidates: int = 0, extra_interactions: int = 0) -> bool:
+        """:return: Whether the round's told batches (and the ``extra`` ones) meet its interaction budget."""
+        if self.num_interactions is None:
+            return True
+        n_candidates = extra_candidates + sum(len(batch.candidates) for batch in self._told_batches)
+        if self.popsize_max is not None and n_candidates >= self.popsize_max:
+            return True
+        return extra_interactions + sum(batch.interactions for batch in self._told_batches) >= self.num_interactions
 
     # ---------------------------------------------------------------------------------------- learn
 
@@ -493,8 +600,11 @@ class PopulationAlgorithm(BaseAlgorithm):
         """
         return exact
 
-    def _round_seed(self) -> int:
-        return int(self._seed_sequence(EVALUATION_STREAM, self._n_updates).generate_state(1)[0])
+    def _batch_seed(self) -> int:
+        """:return: The seed of the episodes of the next batch: of the round, and of the batch within it."""
+        batch_index = len(self._told_batches)
+        spawn_key = (self._n_updates, batch_index) if batch_index else (self._n_updates,)
+        return int(self._seed_sequence(EVALUATION_STREAM, *spawn_key).generate_state(1)[0])
 
     def _run_round(self, evaluator: CandidateEval, callback: BaseCallback, total_timesteps: int) -> bool:
         """
@@ -510,7 +620,9 @@ class PopulationAlgorithm(BaseAlgorithm):
             callback.on_rollout_start()
             self._evaluated_round = self._evaluate_round(evaluator)
         evaluated = self._evaluated_round
-        candidate_weights = self.ask()
+        candidate_weights = np.concatenate(
+            [*(batch.candidates.astype(np.float32) for batch in self._told_batches), self.ask()]
+        )
         dones = np.ones(1, dtype=bool)
         while evaluated.n_reported < len(evaluated.episodes):
             candidate_index, episode_index, episode_return, episode_length = evaluated.episodes[evaluated.n_reported]
@@ -536,29 +648,58 @@ class PopulationAlgorithm(BaseAlgorithm):
 
         self.logger.record("rollout/ep_rew_mean", safe_mean([episode[2] for episode in evaluated.episodes]))
         self.logger.record("rollout/ep_len_mean", safe_mean([episode[3] for episode in evaluated.episodes]))
-        for key, value in self.tell(evaluated.candidate_returns).items():
+        interactions = evaluated.candidate_interactions
+        for key, value in self.tell(evaluated.candidate_returns, interactions).items():
             self.logger.record(key, value)
         return True
 
     def _evaluate_round(self, evaluator: CandidateEval) -> EvaluatedRound:
-        """:return: The results of the population of :meth:`ask`, whose observations are merged into the model's."""
+        """
+        Evaluate the population of :meth:`ask`, and under an interaction budget the further batches the round
+        needs (telling each but the last); the round's observations are then merged into the model's.
+
+        :return: The results of the last batch, and the episodes of the whole round.
+        """
+        episodes = [episode for batch in self._told_batches for episode in batch.episodes]
+        while True:
+            candidate_returns, candidate_interactions, batch_episodes = self._evaluate_batch(evaluator)
+            episodes.extend(batch_episodes)
+            steps = int(candidate_interactions.sum())
+            if self._round_complete(extra_candidates=len(candidate_returns), extra_interactions=steps):
+                break
+            # An earlier batch of the round (under an interaction budget): kept, no update yet.
+            self._tell(candidate_returns, steps, batch_episodes)
+        # The normalisation stayed frozen over all the round's batches (workers only change it when synced).
+        self._merge_observation_statistics(evaluator)
+        interactions = None if self.num_interactions is None else candidate_interactions
+        return EvaluatedRound(candidate_returns, episodes, candidate_interactions=interactions)
+
+    def _evaluate_batch(
+        self, evaluator: CandidateEval
+    ) -> tuple[np.ndarray, np.ndarray, list[tuple[int, int, float, int]]]:
+        """
+        :return: The return and the env steps of each candidate of :meth:`ask`, and their episodes (numbered from
+            the round's first candidate).
+        """
         candidate_weights = self.ask()
         pop_size = len(candidate_weights)
-        evaluator.seed(self._round_seed())
+        first_index = sum(len(batch.candidates) for batch in self._told_batches)
+        evaluator.seed(self._batch_seed())
         evaluator.send_jobs(candidate_weights, pop_size)
         results = evaluator.get_results()
-        self._merge_observation_statistics(evaluator)
         candidate_returns = np.empty(pop_size, dtype=np.float64)
+        candidate_interactions = np.empty(pop_size, dtype=np.int64)
         episodes: list[tuple[int, int, float, int]] = []
         for candidate_index, (episode_returns, episode_lengths) in results:
             candidate_returns[candidate_index] = np.mean(episode_returns + self.alive_bonus_offset * episode_lengths)
+            candidate_interactions[candidate_index] = int(episode_lengths.sum())
             episodes.extend(
-                (candidate_index, episode_index, episode_return, episode_length)
+                (first_index + candidate_index, episode_index, episode_return, episode_length)
                 for episode_index, (episode_return, episode_length) in enumerate(
                     zip(episode_returns.tolist(), episode_lengths.astype(int).tolist(), strict=True)
                 )
             )
-        return EvaluatedRound(candidate_returns, episodes)
+        return candidate_returns, candidate_interactions, episodes
 
     def dump_logs(self) -> None:
         """Write the round's statistics to the logger."""
