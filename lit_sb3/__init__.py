@@ -4,7 +4,7 @@ from lit_sb3.agents.async_agent import get_injected_agent
 from lit_sb3.envs.multi_env import IndexableMultiEnv
 from lit_sb3.evaluation.obs_rms import merge_obs_rms
 from lit_sb3.policies import LinearPolicy, MlpPolicy
-from lit_sb3.population import ARS, CEM, CMAES, ES
+from lit_sb3.population import ARS, CEM, CMAES, ES, PGPE, SNES, XNES, ClipUp
 from lit_sb3.vec_env.async_eval import AsyncEval
 from lit_sb3.workers.errors import PoolClosedError, WorkerDiedError, WorkerError, WorkerTimeoutError
 
@@ -15,7 +15,11 @@ __all__ = [
     "CEM",
     "CMAES",
     "ES",
+    "PGPE",
+    "SNES",
+    "XNES",
     "AsyncEval",
+    "ClipUp",
     "IndexableMultiEnv",
     "LinearPolicy",
     "MlpPolicy",

@@ -278,6 +278,46 @@ def test_train_results_do_not_depend_on_the_workers(capsys: pytest.CaptureFixtur
     np.testing.assert_array_equal(first.parameters_to_vector(), second.parameters_to_vector())
 
 
+PGPE_ENTRY = textwrap.dedent(
+    """\
+    CartPole-v1:
+      policy: 'LinearPolicy'
+      popsize: 8
+      center_learning_rate: 0.05
+      stdev_init: 0.2
+      optimizer: clipup
+      optimizer_config: "dict(max_speed=0.1, momentum=0.8)"
+      num_interactions: 600
+      popsize_max: 32
+    """
+)
+
+
+@pytest.mark.parametrize("algo", ["pgpe", "snes", "xnes"])
+def test_train_the_gaussian_searches_from_evotorch_settings(
+    capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path, algo: str
+) -> None:
+    (tmp_path / "entry.yml").write_text(PGPE_ENTRY if algo == "pgpe" else "popsize: 6\nnum_interactions: 300\n")
+    for workers in ("0", "2"):
+        status, _, err = call(
+            capsys,
+            *["train", algo, "CartPole-v1", "--hyperparams", str(tmp_path / "entry.yml"), "--total-timesteps", "1500"],
+            *["--workers", workers, "--save", str(tmp_path / workers)],
+        )
+        assert status == 0, err
+    in_process, on_workers = read_rounds(tmp_path / "0.csv"), read_rounds(tmp_path / "2.csv")
+    for row in in_process + on_workers:
+        del row["wall_time_s"]
+    assert in_process == on_workers
+    batch = 8 if algo == "pgpe" else 6
+    assert all(row["candidates"] % batch == 0 for row in in_process)
+    assert max(row["candidates"] for row in in_process) > batch  # the budget grew some rounds
+    model = getattr(lit_sb3, algo.upper()).load(tmp_path / "0.zip")
+    assert (model.pop_size, model.num_interactions) == ((8, 600) if algo == "pgpe" else (6, 300))
+    if algo == "pgpe":
+        assert model.optimizer_kwargs == {"max_speed": 0.1, "momentum": 0.8}
+
+
 def test_train_takes_an_rl_zoo_entry(capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path) -> None:
     (tmp_path / "ars.yml").write_text(RL_ZOO_ARS)
     status, _, err = call(
@@ -557,8 +597,8 @@ TRAIN = ["train", "ars", "CartPole-v1", "--workers", "0", "--total-timesteps", "
 USER_ERRORS = [
     (
         ["train", "ppo2", "CartPole-v1"],
-        "unknown algorithm 'ppo2' (choose from ars, cem, cmaes, es, or the gradient agents a2c, ddpg, dqn, ppo, "
-        "qrdqn, sac, td3, tqc, trpo)",
+        "unknown algorithm 'ppo2' (choose from ars, cem, cmaes, es, pgpe, snes, xnes, or the gradient agents a2c, "
+        "ddpg, dqn, ppo, qrdqn, sac, td3, tqc, trpo)",
     ),
     (["train", "ars", "NoSuchEnv-v0"], "unknown environment id 'NoSuchEnv-v0'"),
     (["train", "ars", "CartPole-v9"], "unknown environment id 'CartPole-v9'"),

@@ -49,7 +49,9 @@ CLI_ARGUMENTS = frozenset(
     {"policy", "env", "seed", "tensorboard_log", "verbose", "device", "_init_setup_model", "use_mp", "n_workers"}
 )
 #: Settings whose string values are Python literals in rl-zoo files.
-OBJECT_KEYS = frozenset({"policy_kwargs", "normalize", "normalize_kwargs", "optimizer_kwargs", "cma_options"})
+OBJECT_KEYS = frozenset(
+    {"policy_kwargs", "normalize", "normalize_kwargs", "optimizer_kwargs", "optimizer_config", "cma_options"}
+)
 #: Roots of the names an object-valued setting may use.
 NAME_ROOTS: dict[str, Any] = {"nn": th.nn, "th": th, "torch": th}
 

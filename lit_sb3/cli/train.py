@@ -13,14 +13,22 @@ from typing import Any
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.vec_env import VecNormalize
 
-from lit_sb3 import ARS, CEM, CMAES, ES, AsyncEval
+from lit_sb3 import ARS, CEM, CMAES, ES, PGPE, SNES, XNES, AsyncEval
 from lit_sb3.cli.common import CliError, ExampleFormatter, check_env_id, make_env, require_module
 from lit_sb3.cli.gradient import GRADIENT_ALGORITHMS, injected_class, make_action_noise, make_multi_env
 from lit_sb3.cli.hyperparams import Hyperparams, algorithm_arguments, load_hyperparams
 from lit_sb3.cli.recording import EpisodeRecorder, ProgressRecorder, TrainingRecorder
 from lit_sb3.population import PopulationAlgorithm
 
-ALGORITHMS: dict[str, type[PopulationAlgorithm]] = {"ars": ARS, "cem": CEM, "cmaes": CMAES, "es": ES}
+ALGORITHMS: dict[str, type[PopulationAlgorithm]] = {
+    "ars": ARS,
+    "cem": CEM,
+    "cmaes": CMAES,
+    "es": ES,
+    "pgpe": PGPE,
+    "snes": SNES,
+    "xnes": XNES,
+}
 POLICIES = ("LinearPolicy", "MlpPolicy")
 DEFAULT_TIMESTEPS = 100_000
 
@@ -28,13 +36,14 @@ EXAMPLES = """\
 examples:
   lit-sb3 train ars CartPole-v1 --total-timesteps 50000 --save runs/ars_cartpole
   lit-sb3 train cmaes Pendulum-v1 --workers 2 --seed 1 --total-timesteps 200000
+  lit-sb3 train pgpe Swimmer-v5 --normalize --workers 2 --total-timesteps 500000
   lit-sb3 train ars HalfCheetah-v4 --hyperparams rl-zoo/hyperparams/ars.yml --workers 2
   lit-sb3 train ppo CartPole-v1 --hyperparams rl-zoo/hyperparams/ppo.yml --workers 2 --save runs/ppo_cartpole
   lit-sb3 train sac Pendulum-v1 --workers 0 --total-timesteps 20000
 
-Population methods (ars, es, cem, cmaes): --workers N evaluates the candidates on N local worker processes,
---workers 0 in this process; the seed fixes the run whatever the number of workers. Writes PATH.zip (the model,
-with its observation statistics), PATH.csv (one row per round) and PATH.png (mean and best return per round
+Population methods (ars, es, cem, cmaes, pgpe, snes, xnes): --workers N evaluates the candidates on N local worker
+processes, --workers 0 in this process; the seed fixes the run whatever the number of workers. Writes PATH.zip (the
+model, with its observation statistics), PATH.csv (one row per round) and PATH.png (mean and best return per round
 against env steps).
 
 Gradient agents (a2c, ddpg, dqn, ppo, sac, td3; qrdqn, tqc, trpo with sb3-contrib) train on --n-envs
@@ -49,7 +58,8 @@ def add_parser(commands: Any) -> None:
     """:param commands: The subparsers of the ``lit-sb3`` parser."""
     parser = commands.add_parser(
         "train",
-        help="train ARS, ES, CEM, CMA-ES or a gradient agent (PPO, SAC...) on a gymnasium environment",
+        help="train ARS, ES, CEM, CMA-ES, PGPE, SNES, XNES or a gradient agent (PPO, SAC...) on a gymnasium "
+        "environment",
         description="Train a population method, or a gradient agent with async episode collection, on a gymnasium "
         "environment.",
         epilog=EXAMPLES,

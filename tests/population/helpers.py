@@ -10,14 +10,22 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecNormalize
 
-from lit_sb3.population import ARS, CEM, CMAES, ES, PopulationAlgorithm
+from lit_sb3.population import ARS, CEM, CMAES, ES, PGPE, SNES, XNES, PopulationAlgorithm
 
 # Worker processes cannot import this test module: its environment factories travel by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
-ALGORITHMS: list[type[PopulationAlgorithm]] = [ARS, ES, CEM, CMAES]
+ALGORITHMS: list[type[PopulationAlgorithm]] = [ARS, ES, CEM, CMAES, PGPE, SNES, XNES]
 #: Small populations: rounds of a few thousand CartPole steps at most.
-SMALL = {ARS: {"n_delta": 4}, ES: {"pop_size": 8}, CEM: {"pop_size": 8}, CMAES: {"pop_size": 8}}
+SMALL = {
+    ARS: {"n_delta": 4},
+    ES: {"pop_size": 8},
+    CEM: {"pop_size": 8},
+    CMAES: {"pop_size": 8},
+    PGPE: {"popsize": 8},
+    SNES: {"popsize": 8},
+    XNES: {"popsize": 8},
+}
 
 
 def cartpole_vec_env() -> VecEnv:

@@ -11,7 +11,7 @@ from gymnasium import spaces
 from stable_baselines3.common.env_util import make_vec_env
 
 from lit_sb3 import AsyncEval
-from lit_sb3.population import ARS, CEM, CMAES, ES
+from lit_sb3.population import ARS, CEM, CMAES, ES, PGPE, SNES, XNES
 from population.helpers import ALGORITHMS, make_model, short_cartpole_vec_env
 
 
@@ -78,6 +78,35 @@ def test_unsupported_spaces(algorithm, observation_space, action_space, message)
         (ES, {"sigma": 0.0}, "sigma must be finite and > 0, got 0.0"),
         (CEM, {"extra_noise": -0.01}, "extra_noise must be finite and >= 0, got -0.01"),
         (CMAES, {"restarts": True}, "restarts must be a non-negative int"),
+        (ES, {"optimizer_class": "rmsprop"}, "optimizer_class must be one of 'adam', 'clipup', 'sgd' or a torch"),
+        (PGPE, {"popsize": 7}, r"popsize must be an even int \(antithetic pairs\) >= 2, got 7"),
+        (PGPE, {"pop_size": 8}, "give popsize or pop_size .*, not both: got 8 and 8"),
+        (PGPE, {"popsize": None, "pop_size": 5}, r"pop_size must be an even int \(antithetic pairs\) >= 2, got 5"),
+        (PGPE, {"center_learning_rate": -1.0}, "center_learning_rate must be finite and >= 0, got -1.0"),
+        (PGPE, {"stdev_learning_rate": float("nan")}, "stdev_learning_rate must be finite and >= 0, got nan"),
+        (PGPE, {"stdev_max_change": 1.5}, r"stdev_max_change must be in \(0, 1\) or None, got 1.5"),
+        (PGPE, {"stdev_init": 0.1, "radius_init": 1.0}, "give stdev_init or radius_init"),
+        (PGPE, {"stdev_init": -0.1}, "stdev_init must be a finite number > 0 or a vector of them"),
+        (PGPE, {"stdev_init": [0.1, 0.2]}, "stdev_init has 2 values but the policy has 8 parameters"),
+        (PGPE, {"radius_init": 0.0}, "radius_init must be finite and > 0, got 0.0"),
+        (PGPE, {"optimizer": "rmsprop"}, "optimizer must be one of 'adam', 'clipup', 'sgd' or a torch optimizer class"),
+        (PGPE, {"optimizer": "adam", "max_speed": 0.1}, "max_speed is a setting of ClipUp, not of Adam"),
+        (PGPE, {"max_speed": 0.1, "optimizer_config": {"max_speed": 0.2}}, "max_speed is given twice"),
+        (PGPE, {"optimizer_config": {"beta1": 0.9}}, r"beta1 is not a setting of the ClipUp optimizer \(its settings"),
+        (PGPE, {"optimizer": "adam", "optimizer_config": {"beta1": 0.9}}, "must give beta1 and beta2 together"),
+        (PGPE, {"optimizer_config": {"lr": 0.1}}, "optimizer_config must not set 'lr': use center_learning_rate"),
+        (PGPE, {"momentum": 1.5}, r"momentum must be in \[0, 1\], got 1.5"),
+        (PGPE, {"max_speed": 0.0}, "max_speed must be finite and > 0, got 0.0"),
+        (PGPE, {"ranking": "bogus"}, "ranking must be one of 'centered', 'linear', 'nes', 'normalized', 'raw'"),
+        (PGPE, {"num_interactions": 0}, "num_interactions must be at least 1"),
+        (PGPE, {"popsize_max": 100}, "popsize_max bounds the population num_interactions grows: set num_interactions"),
+        (PGPE, {"num_interactions": 100, "popsize_max": 4}, "popsize_max=4 is smaller than one batch of popsize=8"),
+        (SNES, {"popsize": 1}, "popsize must be an int >= 2, got 1"),
+        (SNES, {"stdev_learning_rate": -0.1}, "stdev_learning_rate must be finite and >= 0, got -0.1"),
+        (SNES, {"num_interactions": 100, "popsize_max": 4}, "popsize_max=4 is smaller than one batch of popsize=8"),
+        (XNES, {"shape_learning_rate": -0.1}, "shape_learning_rate must be finite and >= 0, got -0.1"),
+        (XNES, {"center_learning_rate": float("inf")}, "center_learning_rate must be finite and >= 0, got inf"),
+        (XNES, {"ranking": 3}, "ranking must be one of"),
     ],
 )
 def test_bad_hyper_parameters(algorithm, kwargs, message):
@@ -96,6 +125,10 @@ def test_populations_sizes_as_numpy_ints_and_bad_types():
     assert make_model(CEM, pop_size=np.int64(6)).ask().shape[0] == 6
     with pytest.raises(TypeError, match="pop_size must be an int"):
         make_model(ES, pop_size=8.0)
+    with pytest.raises(TypeError, match="popsize must be an int"):
+        make_model(SNES, popsize=8.0)
+    with pytest.raises(TypeError, match="num_interactions must be an int"):
+        make_model(PGPE, num_interactions=1e5)
 
 
 def test_bad_async_eval():

@@ -12,13 +12,15 @@ import torch as th
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 import lit_sb3
+import lit_sb3.population
 from lit_sb3.policies import LinearPolicy, MlpPolicy
 from lit_sb3.population import ARS, CEM, ES
 from population.helpers import ALGORITHMS, cartpole_vec_env, make_model
 
 
 def test_package_exports_the_algorithms_and_policies():
-    assert {"ARS", "ES", "CEM", "CMAES", "LinearPolicy", "MlpPolicy"} <= set(lit_sb3.__all__)
+    assert {"ARS", "ES", "CEM", "CMAES", "PGPE", "SNES", "XNES", "LinearPolicy", "MlpPolicy"} <= set(lit_sb3.__all__)
+    assert {"PGPE", "SNES", "XNES", "ClipUp"} <= set(lit_sb3.population.__all__)
     assert lit_sb3.LinearPolicy is LinearPolicy and lit_sb3.MlpPolicy is MlpPolicy
 
 

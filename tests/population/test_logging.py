@@ -8,8 +8,8 @@ import pytest
 from stable_baselines3.common.logger import configure
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from lit_sb3.population import ARS, CEM, CMAES, ES
-from population.helpers import RoundEnds, make_model
+from lit_sb3.population import ARS, CEM, CMAES, ES, PGPE, SNES, XNES
+from population.helpers import ALGORITHMS, RoundEnds, make_model
 
 COMMON_KEYS = {
     "rollout/ep_rew_mean",
@@ -25,10 +25,13 @@ OWN_KEYS = {
     ES: {"train/learning_rate", "train/sigma", "train/gradient_norm"},
     CEM: {"train/elite_return", "train/std", "train/extra_noise"},
     CMAES: {"train/sigma", "train/pop_size", "train/restarts", "train/best_return"},
+    PGPE: {"train/learning_rate", "train/stdev", "train/gradient_norm", "train/pop_size", "train/speed"},
+    SNES: {"train/learning_rate", "train/stdev_learning_rate", "train/stdev", "train/pop_size"},
+    XNES: {"train/learning_rate", "train/stdev_learning_rate", "train/stdev", "train/pop_size"},
 }
 
 
-@pytest.mark.parametrize("algorithm", [ARS, ES, CEM, CMAES])
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_csv_log_has_the_keys_once_per_round(algorithm, tmp_path):
     model = make_model(algorithm)
     model.set_logger(configure(str(tmp_path), ["csv"]))
@@ -49,7 +52,7 @@ def test_stdout_log_with_verbose_and_log_interval(capsys):
     assert printed.count("total_timesteps") == model._n_updates // 2
 
 
-@pytest.mark.parametrize("algorithm", [ARS, ES, CEM, CMAES])
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_tensorboard_log_has_the_keys_at_the_timesteps_of_the_rounds(algorithm, tmp_path):
     model = make_model(algorithm, tensorboard_log=str(tmp_path))
     rounds = RoundEnds()

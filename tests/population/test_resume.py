@@ -8,7 +8,7 @@ import pytest
 from stable_baselines3.common.callbacks import BaseCallback, CheckpointCallback
 from stable_baselines3.common.vec_env import DummyVecEnv
 
-from lit_sb3.population import ARS, CMAES, ES, PopulationAlgorithm
+from lit_sb3.population import ARS, CMAES, ES, PGPE, PopulationAlgorithm
 from population.helpers import (
     ALGORITHMS,
     EpisodeRecorder,
@@ -93,6 +93,20 @@ def test_resume_is_exact_with_sgd_and_a_pending_population(tmp_path):
     np.testing.assert_array_equal(loaded.ask(), pending)
     assert isinstance(loaded.optimizer, th.optim.SGD)
     assert_same_state(model, loaded)
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "kwargs"),
+    [
+        (ES, {"optimizer_class": "clipup"}),
+        (PGPE, {"optimizer": "adam"}),
+        (PGPE, {"optimizer": "sgd", "momentum": 0.9}),
+    ],
+)
+def test_resume_is_exact_with_each_optimizer_state(algorithm, kwargs, tmp_path):
+    whole, resumed = split_run(algorithm, short_cartpole_vec_env, tmp_path, **kwargs)
+    assert type(resumed.optimizer) is type(whole.optimizer)
+    assert_same_state(whole, resumed)
 
 
 class StopAfterEpisodes(BaseCallback):
