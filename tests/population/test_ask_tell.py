@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch as th
 
-from lit_sb3.population import ARS, CMAES, PopulationAlgorithm
+from lit_sb3.population import ARS, CMAES, ES, PGPE, PopulationAlgorithm
 from lit_sb3.population.es import centered_ranks
 from population.helpers import ALGORITHMS, make_model
 
@@ -19,7 +19,12 @@ def distance_to_target(model: PopulationAlgorithm) -> float:
 
 @pytest.mark.parametrize(
     ("algorithm", "kwargs"),
-    [*((algorithm, {}) for algorithm in ALGORITHMS), (CMAES, {"cma_options": {"CMA_diagonal": True}})],
+    [
+        *((algorithm, {}) for algorithm in ALGORITHMS),
+        (CMAES, {"cma_options": {"CMA_diagonal": True}}),
+        (ES, {"optimizer_class": "clipup"}),
+        (PGPE, {"optimizer": "adam", "center_learning_rate": 0.1}),
+    ],
 )
 def test_ask_tell_alone_optimises_a_function(algorithm, kwargs):
     model = make_model(algorithm, **kwargs)
@@ -31,7 +36,7 @@ def test_ask_tell_alone_optimises_a_function(algorithm, kwargs):
         model.tell(-np.sum((candidate_weights - TARGET) ** 2, axis=1))
     assert distance_to_target(model) < 0.3 * start
     assert model.num_timesteps == 0  # no environment step was taken
-    if kwargs:
+    if "cma_options" in kwargs:
         assert model.strategy.opts["CMA_diagonal"] is True  # the separable variant
 
 
