@@ -570,7 +570,7 @@ def test_bench_prints_the_quick_table() -> None:
     result = run("bench", "--rounds", "1")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[2].startswith("| case | ours steps/s | sb3-contrib steps/s")
+    assert any(line.startswith("| case | ours steps/s | sb3-contrib steps/s") for line in lines)
     rows = [line for line in lines if line.startswith("| Pendulum-v1, n_envs=1, LinearPolicy")]
     assert len(rows) == 1 and float(rows[0].split("|")[2].replace(",", "")) > 0
 
@@ -724,18 +724,6 @@ def test_missing_optional_packages_are_named(
         capsys,
         ["train", "tqc", "Pendulum-v1"],
         "TQC needs sb3_contrib, which is not installed: pip install sb3-contrib",
-    )
-
-
-def test_bench_without_a_source_checkout(
-    capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(lit_sb3, "__file__", str(tmp_path / "site-packages" / "lit_sb3" / "__init__.py"))
-    expect_one_line_error(
-        capsys,
-        ["bench"],
-        f"benchmarks/asynceval_vs_sb3contrib.py not found in {tmp_path / 'site-packages'}: lit-sb3 bench runs it "
-        "from a source checkout",
     )
 
 
