@@ -38,6 +38,7 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
 from lit_sb3.agents.async_agent import get_injected_agent
+from lit_sb3.cli.bench_results import RESULTS_FOLDER, Column, LoadSampler, Table, new_result, save_result
 from lit_sb3.engine import AsyncRLEngine, DataBuffer, EngineConfig, EnvGroup, PolicyGroup, SyncRLEngine
 from lit_sb3.engine.base import BaseEngine
 from lit_sb3.envs.multi_env import IndexableMultiEnv
@@ -141,7 +142,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="one seed, a tenth of the budgets")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--cases", nargs="+", choices=["ppo", "sleepy", "sac"], help="some of the row groups")
+    parser.add_argument(
+        "--results", default=None, help=f"folder of the result file (default: {RESULTS_FOLDER}; partial runs: none)"
+    )
     args = parser.parse_args()
+    load = LoadSampler()
     torch.set_num_threads(1)
     seeds = [0] if args.quick else list(range(args.seeds))
     scale = 0.1 if args.quick else 1.0
@@ -171,25 +176,49 @@ def main() -> None:
                     f"{run.updates / run.seconds:,.1f} updates/s, to threshold {run.seconds_to_threshold:.1f} s",
                     flush=True,
                 )
-    print_table(cases)
+    table = result_table(cases)
+    print("\n" + table.markdown())
+    if args.results or not (args.quick or args.cases):
+        result = new_result("engine", {"engine": table}, load, conditions=f"seeds {', '.join(map(str, seeds))}")
+        print(f"\nwrote {save_result(result, args.results or RESULTS_FOLDER)}")
 
 
-def print_table(cases: list[Case]) -> None:
-    print("\n| case | configuration | env steps/s | updates/s | to threshold | / first SB3 row | / injected agent |")
-    print("|---|---|---|---|---|---|---|")
+#: The result table: one row per case and configuration, medians over the seeds.
+COLUMNS = [
+    Column("case", "case"),
+    Column("configuration", "configuration"),
+    Column("steps_per_second", "env steps/s", ",.0f"),
+    Column("updates_per_second", "updates/s", ",.1f"),
+    Column("seconds_to_threshold", "time to threshold (s)", ".1f", "-"),
+    Column("reached", "reached", "", "-"),
+    Column("ratio_learn", "/ SB3 learn", ".2f"),
+    Column("ratio_injected", "/ injected agent", ".2f"),
+]
+
+
+def result_table(cases: list[Case]) -> Table:
+    """:return: The medians of every case and configuration (against its first SB3 row and the injected agent)."""
+    table = Table(COLUMNS)
     for case in cases:
         plain = statistics.median(run.steps / run.seconds for run in case.results[case.plain[0]])
         injected = statistics.median(run.steps / run.seconds for run in case.results["injected agent"])
         for configuration, runs in case.results.items():
             speed = statistics.median(run.steps / run.seconds for run in runs)
-            updates = statistics.median(run.updates / run.seconds for run in runs)
             to_threshold = statistics.median(run.seconds_to_threshold for run in runs)
             reached = sum(run.seconds_to_threshold < float("inf") for run in runs)
-            threshold = f"{to_threshold:.1f} s ({reached}/{len(runs)})" if case.threshold is not None else "-"
-            print(
-                f"| {case.name} | {configuration} | {speed:,.0f} | {updates:,.1f} | {threshold} | "
-                f"{speed / plain:.2f} | {speed / injected:.2f} |"
-            )
+            row: dict[str, Any] = {
+                "case": case.name,
+                "configuration": configuration,
+                "steps_per_second": speed,
+                "updates_per_second": statistics.median(run.updates / run.seconds for run in runs),
+                "ratio_learn": speed / plain,
+                "ratio_injected": speed / injected,
+            }
+            if case.threshold is not None:
+                row["seconds_to_threshold"] = to_threshold if to_threshold < float("inf") else "n/r"
+                row["reached"] = f"{reached}/{len(runs)}"
+            table.rows.append(row)
+    return table
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@ from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
 from lit_sb3.agents.async_agent import get_injected_agent
+from lit_sb3.cli.bench_results import RESULTS_FOLDER, Column, LoadSampler, Table, new_result, save_result
 from lit_sb3.envs.multi_env import IndexableMultiEnv
 
 
@@ -178,7 +179,11 @@ def main() -> None:
     parser.add_argument(
         "--only", nargs="+", metavar="CONFIGURATION", help="these configurations and the plain SB3 ones they are to"
     )
+    parser.add_argument(
+        "--results", default=None, help=f"folder of the result file (default: {RESULTS_FOLDER}; partial runs: none)"
+    )
     args = parser.parse_args()
+    load = LoadSampler()
     torch.set_num_threads(1)
     seeds = [0] if args.quick else list(range(args.seeds))
     scale = 0.2 if args.quick else 1.0
@@ -220,12 +225,31 @@ def main() -> None:
                     + (f", wasted {run.wasted_fraction:.1%}" if run.wasted_fraction is not None else ""),
                     flush=True,
                 )
-    print_table(cases)
+    table = result_table(cases, seeds)
+    print("\n" + table.markdown())
+    if args.results or not (args.quick or args.only):
+        result = new_result("gradient_agents", {"gradient_agents": table}, load, packages=["sb3-contrib"])
+        print(f"\nwrote {save_result(result, args.results or RESULTS_FOLDER)}")
 
 
-def print_table(cases: list[Case]) -> None:
-    print("\n| case | configuration | env steps/s | / plain SB3 | time to threshold | limit steps/s | wasted steps |")
-    print("|---|---|---|---|---|---|---|")
+#: The result table: one row per case and configuration, medians over the seeds.
+COLUMNS = [
+    Column("case", "case"),
+    Column("configuration", "configuration"),
+    Column("seeds", "seeds"),
+    Column("steps_per_second", "env steps/s", ",.0f"),
+    Column("ratio", "/ plain SB3", ".2f"),
+    Column("seconds_to_threshold", "time to threshold (s)", ".0f", "-"),
+    Column("reached", "reached", "", "-"),
+    Column("limit", "train-only limit steps/s", ",.0f", "-"),
+    Column("limit_fraction", "/ limit", ".2f", "-"),
+    Column("wasted_fraction", "wasted steps", ".1%", "-"),
+]
+
+
+def result_table(cases: list[Case], seeds: list[int]) -> Table:
+    """:return: The medians of every case and configuration measured (the ratios against the case's plain SB3)."""
+    table = Table(COLUMNS)
     for case in [case for case in cases if case.results]:
         plain_name = "SB3 SubprocVecEnv" if case.name.startswith("PPO sleepy") else "SB3 DummyVecEnv"
         plain = statistics.median(run.steps_per_second for run in case.results[plain_name])
@@ -234,14 +258,23 @@ def print_table(cases: list[Case]) -> None:
             speed = statistics.median(run.steps_per_second for run in runs)
             to_threshold = statistics.median(run.seconds_to_threshold for run in runs)
             reached = sum(run.seconds_to_threshold < float("inf") for run in runs)
-            threshold = f"{to_threshold:.1f} s ({reached}/{len(runs)})" if case.threshold is not None else "-"
-            limit_text = f"{limit:,.0f} ({speed / limit:.2f})" if case.name.startswith("PPO CartPole") else "-"
+            row: dict[str, Any] = {
+                "case": case.name,
+                "configuration": configuration,
+                "seeds": ",".join(str(seed) for seed in seeds),
+                "steps_per_second": speed,
+                "ratio": speed / plain,
+            }
+            if case.threshold is not None:
+                row["seconds_to_threshold"] = to_threshold if to_threshold < float("inf") else "n/r"
+                row["reached"] = f"{reached}/{len(runs)}"
+            if case.name.startswith("PPO CartPole"):
+                row |= {"limit": limit, "limit_fraction": speed / limit}
             wasted = [run.wasted_fraction for run in runs if run.wasted_fraction is not None]
-            wasted_text = f"{statistics.median(wasted):.1%}" if wasted else "-"
-            print(
-                f"| {case.name} | {configuration} | {speed:,.0f} | {speed / plain:.2f} | {threshold} | {limit_text} "
-                f"| {wasted_text} |"
-            )
+            if wasted:
+                row["wasted_fraction"] = statistics.median(wasted)
+            table.rows.append(row)
+    return table
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.policies import BasePolicy
 
 from lit_sb3 import AsyncEval
+from lit_sb3.cli.bench_results import RESULTS_FOLDER, Column, LoadSampler, Table, new_result, save_result
 from lit_sb3.vec_env.async_eval import CHUNKS_PER_WORKER
 from lit_sb3.vec_env.candidate_eval import CandidateEval
 from lit_sb3.workers.choice import BackendName
@@ -72,7 +73,36 @@ def timed_round(async_eval: CandidateEval, weights: np.ndarray, seed: int) -> tu
     return elapsed, sum(int(np.sum(lengths)) for _, (_, lengths) in results), results
 
 
-def throughput(case: Case, rounds: int) -> list[str]:
+#: The tables of a run, by name, and their columns.
+COLUMNS = {
+    "throughput": [
+        Column("case", "case (2 workers)"),
+        Column("local", "local steps/s", ",.0f"),
+        Column("ray", "Ray steps/s", ",.0f"),
+        Column("ratio", "Ray / local", ".2f"),
+        Column("target", "target", "", "-"),
+        Column("population_kib", "population a round (KiB)", ",.0f"),
+        Column("results_kib", "results a round (KiB)", ",.1f"),
+    ],
+    "overhead_by_chunks": [
+        Column("chunks", "chunks a round (2 workers)"),
+        Column("local_ms", "local ms", ".1f"),
+        Column("ray_ms", "Ray ms", ".1f"),
+    ],
+    "overhead_by_nodes": [
+        Column("nodes", "simulated worker nodes, one actor each"),
+        Column("one_chunk_ms", "1 chunk an actor, ms", ".1f"),
+        Column("default_chunks_ms", f"{CHUNKS_PER_WORKER} chunks an actor (the default), ms", ".1f"),
+    ],
+    "dispatcher": [
+        Column("pop_size", "population"),
+        Column("most_actors", "most actors with the dispatcher below 10% of a round"),
+        Column("population_mib", "population bytes a round (MiB)", ".2f"),
+    ],
+}
+
+
+def throughput(case: Case, rounds: int) -> dict[str, Any]:
     policy = make_policy(case.policy, case.env_fn)
     evaluators = {backend: AsyncEval([case.env_fn] * N_WORKERS, policy, backend=backend) for backend in BACKENDS}
     rates: dict[str, list[float]] = {backend: [] for backend in evaluators}
@@ -92,16 +122,15 @@ def throughput(case: Case, rounds: int) -> list[str]:
         for async_eval in evaluators.values():
             async_eval.close()
     local_rate, ray_rate = (statistics.median(rates[backend]) for backend in ("local", "ray"))
-    target = "" if case.target is None else f" (>= {case.target})"
-    population_bytes = population(policy, case.pop_size, 0).nbytes
-    return [
-        case.name,
-        f"{local_rate:,.0f}",
-        f"{ray_rate:,.0f}",
-        f"{ray_rate / local_rate:.2f}{target}",
-        f"{population_bytes / 1024:,.0f} KiB",
-        f"{result_bytes / 1024:,.1f} KiB",
-    ]
+    return {
+        "case": case.name,
+        "local": local_rate,
+        "ray": ray_rate,
+        "ratio": ray_rate / local_rate,
+        "target": None if case.target is None else f">= {case.target}",
+        "population_kib": population(policy, case.pop_size, 0).nbytes / 1024,
+        "results_kib": result_bytes / 1024,
+    }
 
 
 def one_step_env() -> Any:
@@ -170,17 +199,12 @@ def largest_actor_count(pop_size: int, candidate_seconds: float, fixed: float, p
     return max(0, min(pop_size, math.floor(actors)))
 
 
-def print_table(header: list[str], rows: list[list[str]]) -> None:
-    print("| " + " | ".join(header) + " |")
-    print("|" + "|".join("---" for _ in header) + "|")
-    for row in rows:
-        print("| " + " | ".join(row) + " |")
-    print()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer rounds")
+    parser.add_argument(
+        "--results", default=None, help=f"folder of the result file (default: {RESULTS_FOLDER}; quick runs: none)"
+    )
     args = parser.parse_args()
     rounds = 3 if args.quick else 7
     cases = [
@@ -199,52 +223,52 @@ def main() -> None:
             0.8,
         ),
     ]
+    load = LoadSampler()
     print(f"# AsyncEval on Ray actors vs local processes: {N_WORKERS} workers, medians of {rounds} rounds\n")
-    rows = [throughput(case, rounds) for case in cases]
-    header = ["case", "local steps/s", "Ray steps/s", "Ray / local", "population", "results"]
-    print_table(header, rows)
+    tables = {name: Table(columns) for name, columns in COLUMNS.items()}
+    tables["throughput"].rows = [throughput(case, rounds) for case in cases]
+    print(tables["throughput"].markdown() + "\n")
 
     chunk_counts = (2, 8, 32, 128)
     by_chunks = overhead_by_chunks(3 * rounds, chunk_counts)
     print(f"## Per-round overhead (ms): rounds of one-step episodes, {N_WORKERS} workers, by chunks per round\n")
-    print_table(
-        ["chunks", "local", "Ray"],
-        [
-            [str(n), f"{1e3 * local:.1f}", f"{1e3 * on_ray:.1f}"]
-            for n, local, on_ray in zip(chunk_counts, by_chunks["local"], by_chunks["ray"], strict=True)
-        ],
-    )
+    tables["overhead_by_chunks"].rows = [
+        {"chunks": n, "local_ms": 1e3 * local, "ray_ms": 1e3 * on_ray}
+        for n, local, on_ray in zip(chunk_counts, by_chunks["local"], by_chunks["ray"], strict=True)
+    ]
+    print(tables["overhead_by_chunks"].markdown() + "\n")
     chunk_intercept, per_chunk = fit_line([float(n) for n in chunk_counts], by_chunks["ray"])
     print(f"Ray: {1e3 * chunk_intercept:.1f} ms a round + {1e3 * per_chunk:.2f} ms a chunk (least squares)\n")
 
     node_counts = (1, 2, 4)
     by_nodes = overhead_by_nodes(3 * rounds, node_counts)
     print("## Per-round overhead (ms) on a simulated cluster: one actor per worker node\n")
-    print_table(
-        ["worker nodes", "1 chunk per actor", f"{CHUNKS_PER_WORKER} chunks per actor"],
-        [[str(n), f"{1e3 * one:.1f}", f"{1e3 * eight:.1f}"] for n, one, eight in by_nodes],
-    )
+    tables["overhead_by_nodes"].rows = [
+        {"nodes": n, "one_chunk_ms": 1e3 * one, "default_chunks_ms": 1e3 * eight} for n, one, eight in by_nodes
+    ]
+    print(tables["overhead_by_nodes"].markdown() + "\n")
     fixed, per_actor = fit_line([float(n) for n, _, _ in by_nodes], [eight for _, _, eight in by_nodes])
     print(f"Default chunking: {1e3 * fixed:.1f} ms a round + {1e3 * per_actor:.2f} ms an actor (least squares)\n")
 
-    halfcheetah_rate = float(rows[1][2].replace(",", "")) / N_WORKERS  # steps/s of one Ray actor
+    halfcheetah_rate = tables["throughput"].rows[1]["ray"] / N_WORKERS  # steps/s of one Ray actor
     candidate_seconds = 1000 / halfcheetah_rate
     halfcheetah_params = population(make_policy(MlpPolicy, cases[1].env_fn), 1, 0).size
     print(
         f"## Dispatcher below 10% of a round (HalfCheetah, {1e3 * candidate_seconds:.0f} ms a candidate on one actor, "
         "extrapolated)\n"
     )
-    print_table(
-        ["population", "most actors", "population bytes a round"],
-        [
-            [
-                str(pop_size),
-                str(largest_actor_count(pop_size, candidate_seconds, max(fixed, 0.0), max(per_actor, 0.0))),
-                f"{pop_size * 4 * halfcheetah_params / 2**20:.2f} MiB",
-            ]
-            for pop_size in (16, 64, 256, 1024, 4096)
-        ],
-    )
+    tables["dispatcher"].rows = [
+        {
+            "pop_size": pop_size,
+            "most_actors": largest_actor_count(pop_size, candidate_seconds, max(fixed, 0.0), max(per_actor, 0.0)),
+            "population_mib": pop_size * 4 * halfcheetah_params / 2**20,
+        }
+        for pop_size in (16, 64, 256, 1024, 4096)
+    ]
+    print(tables["dispatcher"].markdown())
+    if args.results or not args.quick:
+        result = new_result("ray_backend", tables, load, packages=["ray"])
+        print(f"\nwrote {save_result(result, args.results or RESULTS_FOLDER)}")
 
 
 if __name__ == "__main__":

@@ -29,7 +29,8 @@ class Column:
 
     :param key: The key of the figure in each row.
     :param header: The column's heading.
-    :param format: A format spec for numbers (``",.0f"``, ``".2f"``); strings are written as they are.
+    :param format: A format spec for numbers (``",.0f"``, ``".2f"``); strings are written as they are, and a list
+        ``[median, q1, q3]`` as ``median (q1 to q3)``.
     :param missing: What a row without this figure (``None``) shows.
     """
 
@@ -43,9 +44,14 @@ class Column:
         value = row.get(self.key)
         if value is None:
             return self.missing
-        if isinstance(value, str):
-            return value
-        return format(value, self.format)
+        if isinstance(value, list):
+            median, low, high = (self.number(part) for part in value)
+            return f"{median} ({low} to {high})"
+        return self.number(value)
+
+    def number(self, value: float | str) -> str:
+        """:return: ``value`` in this column's format (a string as it is)."""
+        return value if isinstance(value, str) else format(value, self.format)
 
 
 @dataclass

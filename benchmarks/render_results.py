@@ -1,0 +1,162 @@
+"""Render the benchmark tables of the docs and the README's headline figures from ``benchmarks/results/*.json``.
+
+A page asks for a result with markers; everything between a marker and ``<!-- end result -->`` is rewritten:
+
+    <!-- result: engine -->              how the run was made: command, commit, date, machine, load
+    <!-- result: engine/engine -->       a table of the run
+    <!-- result: headlines -->           the README's headline lines, computed from every result
+
+    python benchmarks/render_results.py           # rewrite the pages
+    python benchmarks/render_results.py --check   # exit 1 if a page differs from what the results give
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import re
+import sys
+from collections.abc import Callable, Iterable
+
+from lit_sb3.cli.bench_results import Result
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+MARKER = re.compile(r"(<!-- result: (?P<what>[\w/]+) -->\n)(?P<body>.*?)(<!-- end result -->)", re.DOTALL)
+
+
+def pages() -> list[pathlib.Path]:
+    """:return: The README and every page of the docs."""
+    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+
+def load_results() -> dict[str, Result]:
+    """:return: Every committed result, by name."""
+    return {path.stem: Result.load(path) for path in sorted(RESULTS.glob("*.json"))}
+
+
+def provenance(result: Result) -> str:
+    """:return: How a run was made, as a paragraph."""
+    if result.load_average is None:
+        load = "load average not recorded"
+    else:
+        low, high = result.load_average
+        load = f"load average {low:g}-{high:g}"
+    lines = [
+        f"Command: `{result.command}`. Commit {result.commit}, {result.date}; {result.machine}; {load}.",
+    ]
+    if result.conditions:
+        lines.append(result.conditions)
+    return "\n".join(lines)
+
+
+def row(result: Result, table: str, **match: str) -> dict:
+    """:return: The first row of ``table`` whose figures equal ``match``."""
+    for candidate in result.tables[table].rows:
+        if all(candidate.get(key) == value for key, value in match.items()):
+            return candidate
+    raise KeyError(f"{result.name}/{table}: no row with {match}")
+
+
+def headline_asynceval(result: Result) -> str:
+    ratios = [row["ratio"] for row in result.tables["throughput"].rows]
+    return (
+        f"- **AsyncEval**: {min(ratios):.1f}x to {max(ratios):.1f}x the env steps per second of sb3-contrib's "
+        f"`AsyncEval` on the same populations, seeds and 2 workers ({len(ratios)} cases, {result.date})."
+    )
+
+
+def headline_gradient(result: Result) -> str:
+    processes = row(result, "gradient_agents", case="PPO CartPole-v1, 8 envs", configuration="lit_sb3 processes")
+    sleepy = row(result, "gradient_agents", case="PPO sleepy CartPole (2 ms/step), 8 envs", configuration="lit_sb3 threads")
+    return (
+        f"- **Gradient agents**: PPO on 8 CartPoles with async collection on worker processes, "
+        f"{processes['ratio']:.2f}x plain SB3's `DummyVecEnv`; on a CartPole that sleeps 2 ms a step, worker threads "
+        f"{sleepy['ratio']:.2f}x `SubprocVecEnv` ({result.date})."
+    )
+
+
+def headline_engine(result: Result) -> str:
+    sleepy = row(result, "engine", case="PPO sleepy CartPole (2 ms/step), 8 envs", configuration="AsyncRLEngine processes")
+    return (
+        f"- **AsyncRLEngine**: {sleepy['ratio_learn']:.2f}x PPO's own `learn()` on `SubprocVecEnv` on the 2 ms "
+        f"CartPole, {sleepy['ratio_injected']:.2f}x the injected agent ({result.date})."
+    )
+
+
+def headline_learning(result: Result) -> str:
+    cmaes = row(result, "learning_study", task="halfcheetah", configuration="lit_sb3 CMAES")
+    ars = row(result, "learning_study", task="halfcheetah", configuration="lit_sb3 ARS")
+    return (
+        f"- **Learning**: HalfCheetah-v5 to 3430 in a median {cmaes['steps_to_threshold'][0] / 1e6:.1f}M env steps "
+        f"with CMAES ({cmaes['reached']} seeds) and {ars['steps_to_threshold'][0] / 1e6:.1f}M with ARS V2-t "
+        f"({ars['reached']}) ({result.date})."
+    )
+
+
+def headline_ray(result: Result) -> str:
+    cheetah = row(result, "throughput", case="HalfCheetah-v5, n_envs=1, MlpPolicy [64, 64], pop 16")
+    return (
+        f"- **Ray**: the same results as local workers, bit for bit; HalfCheetah-v5 on 2 Ray actors at "
+        f"{cheetah['ratio']:.2f}x 2 local worker processes ({result.date})."
+    )
+
+
+HEADLINES: dict[str, Callable[[Result], str]] = {
+    "asynceval_vs_sb3contrib": headline_asynceval,
+    "gradient_agents": headline_gradient,
+    "engine": headline_engine,
+    "learning_study": headline_learning,
+    "ray_backend": headline_ray,
+}
+
+
+def render_block(what: str, results: dict[str, Result]) -> str:
+    """:return: What belongs between the marker ``what`` and its end."""
+    if what == "headlines":
+        lines = [headline(results[name]) for name, headline in HEADLINES.items()]
+        return "\n".join(lines) + "\n"
+    name, _, table = what.partition("/")
+    if name not in results:
+        raise KeyError(f"no result file {name}.json in {RESULTS}")
+    result = results[name]
+    if not table:
+        return provenance(result) + "\n"
+    if table not in result.tables:
+        raise KeyError(f"{name}.json has no table {table!r} (it has {', '.join(result.tables)})")
+    return result.tables[table].markdown() + "\n"
+
+
+def render_page(text: str, results: dict[str, Result]) -> str:
+    """:return: The page with every marked block rendered from ``results``."""
+    return MARKER.sub(
+        lambda match: match.group(1) + "\n" + render_block(match.group("what"), results) + "\n" + match.group(4),
+        text,
+    )
+
+
+def stale_pages(paths: Iterable[pathlib.Path], results: dict[str, Result]) -> list[pathlib.Path]:
+    """:return: The pages whose marked blocks differ from what ``results`` give."""
+    return [path for path in paths if render_page(path.read_text(), results) != path.read_text()]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--check", action="store_true", help="only check that the pages are up to date")
+    args = parser.parse_args()
+    results = load_results()
+    if args.check:
+        stale = stale_pages(pages(), results)
+        for path in stale:
+            print(f"{path.relative_to(ROOT)} differs from benchmarks/results: run python {sys.argv[0]}")
+        raise SystemExit(1 if stale else 0)
+    for path in pages():
+        text = path.read_text()
+        rendered = render_page(text, results)
+        if rendered != text:
+            path.write_text(rendered)
+            print(f"rendered {path.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
