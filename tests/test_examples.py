@@ -35,6 +35,11 @@ ARGUMENTS = {
         *["--total-timesteps", "256", "--n-envs", "2", "--workers", "2", "--n-steps", "64", "--batch-size", "64"],
         *["--n-epochs", "1", "--eval-episodes", "2"],
     ],
+    "engine_ppo_cartpole": [
+        *["--total-env-steps", "1000", "--n-envs", "2", "--n-steps", "64", "--batch-size", "64", "--n-epochs", "1"],
+        *["--eval-interval", "400", "--eval-episodes", "2", "--checkpoint-interval", "2"],
+    ],
+    "ray_ars_cartpole": ["--total-timesteps", "1500", "--n-delta", "4"],
     "experiment_control": [
         *["--train-timesteps", "1600", "--gravity", "6", "10", "14", "--mass", "0.5", "1.5"],
         *["--seeds", "0", "1", "--episodes", "1"],
@@ -61,7 +66,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Run]]:
         command = [sys.executable, str(EXAMPLES_DIR / f"{name}.py"), *arguments, "--output-dir", str(output_dir)]
         with stdout.open("w") as out, stderr.open("w") as err:
             started[name] = (subprocess.Popen(command, stdout=out, stderr=err, cwd=base), output_dir, stdout, stderr)
-    deadline = time.monotonic() + 240
+    deadline = time.monotonic() + 280
     results = {}
     try:
         for name, (process, output_dir, stdout, stderr) in started.items():
@@ -187,4 +192,34 @@ def test_async_ppo_cartpole_reports_its_workers(runs: dict[str, Run]) -> None:
     # Both workers played (one environment each), and together at least what the trainer consumed.
     assert all(count > 0 for count in report["worker"]["episodes"])
     assert sum(report["worker"]["steps"]) >= model.num_timesteps and report["worker"]["restarts"] == 0
+    assert 8 <= final_return(run, "CartPole-v1") <= 500
+
+
+def test_engine_ppo_cartpole_evaluates_and_checkpoints(runs: dict[str, Run]) -> None:
+    run = finished(runs, "engine_ppo_cartpole")
+    summary = json.loads((run.output_dir / "summary.json").read_text())
+    assert summary["env_steps"] >= 1000 and summary["worker_restarts"] == 0
+    evaluations = json.loads((run.output_dir / "evaluations.json").read_text())
+    assert len(evaluations) >= 2  # every 400 env steps of at least 1000
+    assert [row["env_steps"] for row in evaluations] == sorted(row["env_steps"] for row in evaluations)
+    assert all(8 <= row["mean_return"] <= 500 for row in evaluations)
+    checkpoints = sorted(
+        int(path.name.removeprefix("train_step_")) for path in (run.output_dir / "checkpoints").iterdir()
+    )
+    assert checkpoints and all(step % 2 == 0 for step in checkpoints)
+    last = run.output_dir / "checkpoints" / f"train_step_{checkpoints[-1]}"
+    counters = json.loads((last / "counters.json").read_text())
+    assert counters["train_steps"] == checkpoints[-1] and counters["seed"] == 0
+    assert PPO.load(last / "algorithm.zip").n_steps == 64
+    model = PPO.load(run.output_dir / "model.zip")
+    assert model.num_timesteps == summary["env_steps"]
+    assert f"checkpoints: train_step_{checkpoints[0]}" in run.stdout
+
+
+def test_ray_ars_cartpole_matches_local_processes(runs: dict[str, Run]) -> None:
+    run = finished(runs, "ray_ars_cartpole")
+    rows = progress(run)
+    assert rows and rows[-1]["time/total_timesteps"] >= 1500
+    assert ARS.load(run.output_dir / "model.zip").num_timesteps == rows[-1]["time/total_timesteps"]
+    assert "Ray actors and local processes end with the same weights" in run.stdout
     assert 8 <= final_return(run, "CartPole-v1") <= 500
