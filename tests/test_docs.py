@@ -1,0 +1,198 @@
+"""The documentation is true: every Python block of the README and docs/ runs, the benchmark tables match their
+result files, and the references list every public name and every command-line option.
+
+A block runs as a user runs it: saved as a script in an empty folder and started with this Python. A comment
+``<!-- test: TAG -->`` on the line before a block marks what it needs: ``slow`` (left out of the default run),
+``ray``, ``mujoco`` (skipped where the package is missing), ``cli`` (the ``lit-sb3`` command on the PATH).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import os
+import pathlib
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+BLOCK = re.compile(r"(?:<!-- test: (?P<tags>[\w ,]+) -->\n)?```python\n(?P<code>.*?)^```", re.DOTALL | re.MULTILINE)
+KNOWN_TAGS = {"slow", "ray", "mujoco", "cli"}
+#: Seconds a block may take (a docs block is a small run).
+BLOCK_TIMEOUT = 180
+
+
+@dataclass(frozen=True)
+class CodeBlock:
+    """A Python block of a page: where it is, its code and its tags."""
+
+    page: pathlib.Path
+    line: int
+    code: str
+    tags: frozenset[str]
+
+    @property
+    def name(self) -> str:
+        return f"{self.page.relative_to(ROOT)}:{self.line}"
+
+
+def all_code_blocks() -> list[CodeBlock]:
+    """:return: Every Python block of the README and the docs, in page order."""
+    blocks = []
+    for page in PAGES:
+        text = page.read_text()
+        for match in BLOCK.finditer(text):
+            tags = frozenset(tag for tag in re.split(r"[ ,]+", match.group("tags") or "") if tag)
+            line = text.count("\n", 0, match.start("code"))
+            blocks.append(CodeBlock(page, line, match.group("code"), tags))
+    return blocks
+
+
+def code_blocks() -> list[CodeBlock]:
+    """:return: Every Python block, the same code once (the README repeats some of the docs' examples)."""
+    unique: dict[str, CodeBlock] = {}
+    for block in all_code_blocks():
+        unique.setdefault(block.code, block)
+    return list(unique.values())
+
+
+def marks(block: CodeBlock) -> list[pytest.MarkDecorator]:
+    found = []
+    if "slow" in block.tags:
+        found.append(pytest.mark.slow)
+    for module in ("ray", "mujoco"):
+        if module in block.tags and importlib.util.find_spec(module) is None:
+            found.append(pytest.mark.skip(reason=f"needs {module}, which is not installed"))
+    return found
+
+
+@pytest.mark.parametrize("block", [pytest.param(block, id=block.name, marks=marks(block)) for block in code_blocks()])
+def test_code_block_runs(block: CodeBlock, tmp_path: pathlib.Path) -> None:
+    script = tmp_path / "block.py"
+    script.write_text(block.code)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env["PATH"] = os.pathsep.join([str(pathlib.Path(sys.executable).parent), env.get("PATH", "")])
+    completed = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=BLOCK_TIMEOUT,
+        check=False,
+    )
+    assert completed.returncode == 0, f"{block.name} failed:\n{completed.stderr[-4000:]}"
+
+
+def test_blocks_are_found_and_tagged_with_known_tags() -> None:
+    blocks = code_blocks()
+    assert len(blocks) >= 15
+    assert {block.page.name for block in blocks} >= {"README.md", "async-eval.md", "engines.md", "ray.md"}
+    first_of = {block.code: block for block in reversed(all_code_blocks())}
+    for block in all_code_blocks():
+        assert block.tags <= KNOWN_TAGS, f"{block.name}: unknown tags {sorted(block.tags - KNOWN_TAGS)}"
+        assert block.tags == first_of[block.code].tags, (
+            f"{block.name} repeats {first_of[block.code].name}, not its tags"
+        )
+
+
+def test_a_failing_block_fails(tmp_path: pathlib.Path) -> None:
+    block = CodeBlock(ROOT / "README.md", 1, "raise SystemExit('broken example')\n", frozenset())
+    with pytest.raises(AssertionError, match="broken example"):
+        test_code_block_runs(block, tmp_path)
+
+
+# ------------------------------------------------------------------------------------------ benchmark tables
+
+
+def render_results() -> object:
+    spec = importlib.util.spec_from_file_location("render_results", ROOT / "benchmarks" / "render_results.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_benchmark_tables_match_their_result_files() -> None:
+    renderer = render_results()
+    results = renderer.load_results()  # type: ignore[attr-defined]
+    assert sorted(results) == ["asynceval_vs_sb3contrib", "engine", "gradient_agents", "learning_study", "ray_backend"]
+    assert renderer.stale_pages(PAGES, results) == []  # type: ignore[attr-defined]
+    rendered = "".join(page.read_text() for page in PAGES)
+    for name, result in results.items():
+        assert f"<!-- result: {name} -->" in rendered, f"the provenance of {name} is on no page"
+        for table in result.tables:
+            assert f"<!-- result: {name}/{table} -->" in rendered, f"{name}/{table} is on no page"
+
+
+def test_a_changed_figure_makes_the_page_stale() -> None:
+    renderer = render_results()
+    results = renderer.load_results()  # type: ignore[attr-defined]
+    results["engine"].tables["engine"].rows[0]["steps_per_second"] += 1
+    assert renderer.stale_pages([ROOT / "docs" / "benchmarks.md"], results) == [ROOT / "docs" / "benchmarks.md"]  # type: ignore[attr-defined]
+
+
+def test_result_files_say_how_they_were_measured() -> None:
+    from lit_sb3.cli.bench_results import Result
+
+    for path in sorted((ROOT / "benchmarks" / "results").glob("*.json")):
+        result = Result.load(path)
+        assert result.name == path.stem
+        assert result.command.startswith("python benchmarks/"), path.name
+        assert re.fullmatch(r"[0-9a-f]{7}.*", result.commit), path.name
+        assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", result.date), path.name
+        assert "cores" in result.machine, path.name
+        assert result.load_average is not None or "load" in result.conditions, path.name
+        assert Result.from_json(result.to_json()) == result
+
+
+# ------------------------------------------------------------------------------------------------ references
+
+
+def test_api_reference_documents_every_public_name() -> None:
+    reference = (ROOT / "docs" / "reference" / "api.md").read_text()
+    documented = {line.rsplit(".", 1)[-1] for line in re.findall(r"^::: (\S+)$", reference, re.MULTILINE)}
+    packages = ["lit_sb3", "lit_sb3.population", "lit_sb3.vec_env", "lit_sb3.collection", "lit_sb3.engine"]
+    for package in [*packages, "lit_sb3.workers"]:
+        missing = set(importlib.import_module(package).__all__) - documented
+        assert not missing, f"{package}: {sorted(missing)} missing from docs/reference/api.md"
+
+
+def cli_hook() -> object:
+    spec = importlib.util.spec_from_file_location("cli_reference", ROOT / "docs" / "hooks" / "cli_reference.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_cli_reference_lists_every_command_and_option() -> None:
+    hook = cli_hook()
+    page = hook.on_page_markdown("# CLI\n\n<!-- cli-reference -->\n")  # type: ignore[attr-defined]
+    assert "<!-- cli-reference -->" not in page
+    parsers: dict[str, argparse.ArgumentParser] = hook.command_parsers()  # type: ignore[attr-defined]
+    assert set(parsers) == {"lit-sb3", "lit-sb3 train", "lit-sb3 evaluate", "lit-sb3 bench"}
+    for command, parser in parsers.items():
+        assert f"## `{command}`" in page
+        for action in parser._actions:
+            for option in action.option_strings:
+                assert re.search(rf"(^|[\s\[,]){re.escape(option)}\b", page), f"{command} {option}"
+
+
+# -------------------------------------------------------------------------------------------------- README
+
+
+def test_readme_is_short_and_links_the_docs() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.encode()) < 10_000
+    for link in re.findall(r"\]\((docs/[^)#]+)", readme):
+        assert (ROOT / link).is_file(), link
+    assert 'pip install torch==2.13.0 -e ".[plot]" && lit-sb3 train ars CartPole-v1' in readme
+    assert 'pip install torch==2.13.0 -e ".[test]" && python -m pytest -q' in readme
