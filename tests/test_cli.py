@@ -5,6 +5,8 @@ from __future__ import annotations
 import csv
 import functools
 import io
+import json
+import os
 import pathlib
 import re
 import subprocess
@@ -573,6 +575,46 @@ def test_bench_prints_the_quick_table() -> None:
     assert any(line.startswith("| case | ours steps/s | sb3-contrib steps/s") for line in lines)
     rows = [line for line in lines if line.startswith("| Pendulum-v1, n_envs=1, LinearPolicy")]
     assert len(rows) == 1 and float(rows[0].split("|")[2].replace(",", "")) > 0
+
+
+@pytest.mark.slow
+def test_bench_runs_from_a_wheel_in_a_fresh_venv(tmp_path: pathlib.Path) -> None:
+    """``pip install "lit_sb3[bench]"`` from a wheel of the repository (no source checkout) gives a working bench."""
+    root = pathlib.Path(__file__).resolve().parent.parent
+    env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python, pip = venv / "bin" / "python", [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet"]
+    subprocess.run([*pip, "torch==2.13.0"], check=True, env=env)
+    wheels = tmp_path / "wheels"
+    subprocess.run(
+        [str(python), "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(wheels), str(root)], check=True, env=env
+    )
+    [wheel] = wheels.glob("lit_sb3-*.whl")
+    subprocess.run([*pip, f"{wheel}[bench]"], check=True, env=env)
+    where = subprocess.run(
+        [str(python), "-c", "import lit_sb3; print(lit_sb3.__file__)"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert str(venv) in where and str(root) not in where
+    result = subprocess.run(
+        [str(venv / "bin" / "lit-sb3"), "bench", "--rounds", "1", "--results", "results"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert any(line.startswith("| case | ours steps/s | sb3-contrib steps/s") for line in result.stdout.splitlines())
+    saved = json.loads((tmp_path / "results" / "asynceval_vs_sb3contrib.json").read_text())
+    assert saved["command"] == "lit-sb3 bench --rounds 1 --results results"
+    assert all(row["ours"] > 0 and row["sb3_contrib"] > 0 for row in saved["tables"]["throughput"]["rows"])
 
 
 # ------------------------------------------------------------------------------------------------ user errors
