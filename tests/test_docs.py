@@ -139,6 +139,23 @@ def test_a_changed_figure_makes_the_page_stale() -> None:
     assert renderer.stale_pages([ROOT / "docs" / "benchmarks.md"], results) == [ROOT / "docs" / "benchmarks.md"]  # type: ignore[attr-defined]
 
 
+def test_result_cells_are_written_by_their_column() -> None:
+    from lit_sb3.cli.bench_results import Column, Table
+
+    rate, spread = Column("rate", "steps/s", ",.0f", "-"), Column("steps", "steps: median (IQR)", ",.0f")
+    table = Table([Column("case", "case"), rate, spread])
+    table.rows = [
+        {"case": "a", "rate": 12345.6, "steps": [2_624_000, 1_152_000, "n/r"]},
+        {"case": "b", "steps": "n/r"},
+    ]
+    assert table.markdown().splitlines() == [
+        "| case | steps/s | steps: median (IQR) |",
+        "|---|---|---|",
+        "| a | 12,346 | 2,624,000 (1,152,000 to n/r) |",
+        "| b | - | n/r |",
+    ]
+
+
 def test_result_files_say_how_they_were_measured() -> None:
     from lit_sb3.cli.bench_results import Result
 

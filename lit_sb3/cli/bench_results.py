@@ -11,6 +11,7 @@ import json
 import os
 import pathlib
 import platform
+import shlex
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -160,9 +161,11 @@ def machine_description(packages: Sequence[str] = ("torch", "stable-baselines3",
 def command_line() -> str:
     """:return: The command line this process was started with, as a user would type it."""
     program, *arguments = sys.argv
+    if pathlib.Path(program).name == "__main__.py":  # python -m lit_sb3.cli: the lit-sb3 command
+        return shlex.join(["lit-sb3", *arguments])
     if program.endswith(".py"):
-        return " ".join(["python", os.path.relpath(program), *arguments])
-    return " ".join([pathlib.Path(program).name, *arguments])
+        return shlex.join(["python", os.path.relpath(program), *arguments])
+    return shlex.join([pathlib.Path(program).name, *arguments])
 
 
 def new_result(
