@@ -17,11 +17,14 @@ import pathlib
 import re
 import sys
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from lit_sb3.cli.bench_results import Result
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
+#: The case of the gradient-agent and engine benchmarks whose environment sleeps 2 ms a step.
+SLEEPY = "PPO sleepy CartPole (2 ms/step), 8 envs"
 MARKER = re.compile(r"(<!-- result: (?P<what>[\w/]+) -->\n)(?P<body>.*?)(<!-- end result -->)", re.DOTALL)
 
 
@@ -50,7 +53,7 @@ def provenance(result: Result) -> str:
     return "\n".join(lines)
 
 
-def row(result: Result, table: str, **match: str) -> dict:
+def row(result: Result, table: str, **match: str) -> dict[str, Any]:
     """:return: The first row of ``table`` whose figures equal ``match``."""
     for candidate in result.tables[table].rows:
         if all(candidate.get(key) == value for key, value in match.items()):
@@ -68,7 +71,7 @@ def headline_asynceval(result: Result) -> str:
 
 def headline_gradient(result: Result) -> str:
     processes = row(result, "gradient_agents", case="PPO CartPole-v1, 8 envs", configuration="lit_sb3 processes")
-    sleepy = row(result, "gradient_agents", case="PPO sleepy CartPole (2 ms/step), 8 envs", configuration="lit_sb3 threads")
+    sleepy = row(result, "gradient_agents", case=SLEEPY, configuration="lit_sb3 threads")
     return (
         f"- **Gradient agents**: PPO on 8 CartPoles with async collection on worker processes, "
         f"{processes['ratio']:.2f}x plain SB3's `DummyVecEnv`; on a CartPole that sleeps 2 ms a step, worker threads "
@@ -77,7 +80,7 @@ def headline_gradient(result: Result) -> str:
 
 
 def headline_engine(result: Result) -> str:
-    sleepy = row(result, "engine", case="PPO sleepy CartPole (2 ms/step), 8 envs", configuration="AsyncRLEngine processes")
+    sleepy = row(result, "engine", case=SLEEPY, configuration="AsyncRLEngine processes")
     return (
         f"- **AsyncRLEngine**: {sleepy['ratio_learn']:.2f}x PPO's own `learn()` on `SubprocVecEnv` on the 2 ms "
         f"CartPole, {sleepy['ratio_injected']:.2f}x the injected agent ({result.date})."
