@@ -6,13 +6,18 @@ A page asks for a result with markers; everything between a marker and ``<!-- en
     <!-- result: engine/engine -->       a table of the run
     <!-- result: headlines -->           the README's headline lines, computed from every result
 
-    python benchmarks/render_results.py           # rewrite the pages
-    python benchmarks/render_results.py --check   # exit 1 if a page differs from what the results give
+The figures of the docs come from the committed notebooks the same way (``FIGURES``: the first image a notebook
+shows, written to ``docs/images/``).
+
+    python benchmarks/render_results.py           # rewrite the pages and the figures
+    python benchmarks/render_results.py --check   # exit 1 if a page or a figure differs from its source
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import json
 import pathlib
 import re
 import sys
@@ -26,6 +31,28 @@ RESULTS = ROOT / "benchmarks" / "results"
 #: The case of the gradient-agent and engine benchmarks whose environment sleeps 2 ms a step.
 SLEEPY = "PPO sleepy CartPole (2 ms/step), 8 envs"
 MARKER = re.compile(r"(<!-- result: (?P<what>[\w/]+) -->\n)(?P<body>.*?)(<!-- end result -->)", re.DOTALL)
+
+
+#: Figures of the docs, by path, and the notebook whose first image each one is.
+FIGURES = {ROOT / "docs" / "images" / "optimiser_comparison.png": ROOT / "notebooks" / "optimiser_comparison.ipynb"}
+
+
+def notebook_figure(notebook: pathlib.Path) -> bytes:
+    """:return: The first PNG among the outputs of ``notebook``."""
+    for cell in json.loads(notebook.read_text())["cells"]:
+        for output in cell.get("outputs", []):
+            if "image/png" in output.get("data", {}):
+                return base64.b64decode(output["data"]["image/png"])
+    raise ValueError(f"{notebook} shows no figure")
+
+
+def stale_figures() -> list[pathlib.Path]:
+    """:return: The figures that differ from their notebook's."""
+    return [
+        path
+        for path, notebook in FIGURES.items()
+        if not path.is_file() or path.read_bytes() != notebook_figure(notebook)
+    ]
 
 
 def pages() -> list[pathlib.Path]:
@@ -149,10 +176,14 @@ def main() -> None:
     args = parser.parse_args()
     results = load_results()
     if args.check:
-        stale = stale_pages(pages(), results)
+        stale = stale_pages(pages(), results) + stale_figures()
         for path in stale:
-            print(f"{path.relative_to(ROOT)} differs from benchmarks/results: run python {sys.argv[0]}")
+            print(f"{path.relative_to(ROOT)} differs from its source: run python {sys.argv[0]}")
         raise SystemExit(1 if stale else 0)
+    for path in stale_figures():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(notebook_figure(FIGURES[path]))
+        print(f"rendered {path.relative_to(ROOT)}")
     for path in pages():
         text = path.read_text()
         rendered = render_page(text, results)

@@ -9,6 +9,7 @@ import json
 import os
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -615,6 +616,32 @@ def test_bench_runs_from_a_wheel_in_a_fresh_venv(tmp_path: pathlib.Path) -> None
     saved = json.loads((tmp_path / "results" / "asynceval_vs_sb3contrib.json").read_text())
     assert saved["command"] == "lit-sb3 bench --rounds 1 --results results"
     assert all(row["ours"] > 0 and row["sb3_contrib"] > 0 for row in saved["tables"]["throughput"]["rows"])
+
+
+@pytest.mark.slow
+def test_readme_quick_start_runs_in_a_fresh_venv(tmp_path: pathlib.Path) -> None:
+    """The README's first command, as written, in a fresh venv and a copy of the repository."""
+    root = pathlib.Path(__file__).resolve().parent.parent
+    [command] = re.findall(
+        r"^pip install torch==2\.13\.0 -e \"\.\[plot\]\" && lit-sb3 train .*$", (root / "README.md").read_text(), re.M
+    )
+    source = tmp_path / "lit_sb3"
+    shutil.copytree(root, source, ignore=shutil.ignore_patterns(".git", "__pycache__", "*.egg-info", "runs", "site"))
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    env |= {"VIRTUAL_ENV": str(venv), "PATH": os.pathsep.join([str(venv / "bin"), env.get("PATH", "")])}
+    result = subprocess.run(
+        ["bash", "-c", command], cwd=source, env=env, capture_output=True, text=True, timeout=1500, check=False
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    with (source / "runs" / "ars_cartpole.csv").open() as stream:
+        rounds = list(csv.DictReader(stream))
+    assert int(rounds[-1]["env_steps"]) >= 200_000
+    assert all(1 <= float(row["mean_return"]) <= 500 for row in rounds)
+    assert (source / "runs" / "ars_cartpole.zip").is_file() and (
+        source / "runs" / "ars_cartpole.png"
+    ).stat().st_size > 0
 
 
 # ------------------------------------------------------------------------------------------------ user errors

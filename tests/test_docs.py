@@ -132,6 +132,10 @@ def test_benchmark_tables_match_their_result_files() -> None:
             assert f"<!-- result: {name}/{table} -->" in rendered, f"{name}/{table} is on no page"
 
 
+def test_figures_match_their_notebooks() -> None:
+    assert render_results().stale_figures() == []  # type: ignore[attr-defined]
+
+
 def test_a_changed_figure_makes_the_page_stale() -> None:
     renderer = render_results()
     results = renderer.load_results()  # type: ignore[attr-defined]
