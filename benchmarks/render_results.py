@@ -98,11 +98,11 @@ def headline_asynceval(result: Result) -> str:
 
 def headline_gradient(result: Result) -> str:
     processes = row(result, "gradient_agents", case="PPO CartPole-v1, 8 envs", configuration="lit_sb3 processes")
-    sleepy = row(result, "gradient_agents", case=SLEEPY, configuration="lit_sb3 threads")
+    sleepy = row(result, "gradient_agents", case=SLEEPY, configuration="lit_sb3 threads, one worker per env")
     return (
         f"- **Gradient agents**: PPO on 8 CartPoles with async collection on worker processes, "
-        f"{processes['ratio']:.2f}x plain SB3's `DummyVecEnv`; on a CartPole that sleeps 2 ms a step, worker threads "
-        f"{sleepy['ratio']:.2f}x `SubprocVecEnv` ({result.date})."
+        f"{processes['ratio']:.2f}x plain SB3's `DummyVecEnv`; on a CartPole that sleeps 2 ms a step, a worker thread "
+        f"per env {sleepy['ratio']:.2f}x `SubprocVecEnv` ({result.date})."
     )
 
 
