@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import threading
 from abc import ABC, abstractmethod
 from collections import deque
@@ -13,7 +14,7 @@ from typing import Any
 
 import numpy as np
 from stable_baselines3.common.buffers import RolloutBuffer
-from stable_baselines3.common.logger import Logger, configure, make_output_format
+from stable_baselines3.common.logger import HumanOutputFormat, Logger, configure
 
 from lit_sb3.collection import AsyncCollector, CollectionPlan, policy_copy
 from lit_sb3.engine.buffer import DataBuffer, ReplayData, RolloutQueue, SampledBatches
@@ -85,7 +86,7 @@ class BaseEngine(ABC):
         self.policy_group = policy_group
         self.buffer = buffer
         if config.log_folder is None:  # stdout at most (the config checked it): no folder to create
-            self.logger = Logger(None, [make_output_format(name, "") for name in config.log_formats])
+            self.logger = Logger(None, [HumanOutputFormat(sys.stdout)] if "stdout" in config.log_formats else [])
         else:
             self.logger = configure(str(config.log_folder), list(config.log_formats))
         algorithm.set_logger(self.logger)

@@ -56,6 +56,25 @@ def test_the_timing_summary_is_returned_printed_and_logged(tmp_path: Path, capsy
 
 
 @pytest.mark.parametrize("engine_class", [AsyncRLEngine, SyncRLEngine])
+def test_an_engine_with_the_minimal_config_builds_and_runs(
+    engine_class: type[BaseEngine], capsys: pytest.CaptureFixture
+) -> None:
+    """Only the budget and the seed: the defaults log to stdout, with no folder to write in."""
+    group = EnvGroup([partial(gym.make, "CartPole-v1") for _ in range(2)], backend="threads", n_workers=1)
+    model = PPO("MlpPolicy", group.env, seed=0, n_steps=32, batch_size=64, n_epochs=1)
+    engine = engine_class(
+        EngineConfig(total_env_steps=2000, seed=0), group, PolicyGroup(model), DataBuffer.for_algorithm(model)
+    )
+    summary = engine.run()
+    assert engine.num_timesteps >= 2000
+    assert 1 <= summary["train_steps"] == engine.train_steps <= 2000 // 64 + 1  # rollouts of at least 64 steps
+    printed = capsys.readouterr().out
+    assert "| time/" in printed and "collected_steps" in printed  # the logger's stdout output
+    assert engine_class.__name__ in printed  # verbose by default: the timing summary
+    assert engine_threads() == []
+
+
+@pytest.mark.parametrize("engine_class", [AsyncRLEngine, SyncRLEngine])
 def test_evaluation_runs_through_async_eval_at_the_interval(engine_class: type[BaseEngine]) -> None:
     engine = small_ppo_engine(engine_class, total_env_steps=3000, eval_interval=1000, eval_episodes=3)
     engine.run()
