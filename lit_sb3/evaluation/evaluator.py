@@ -12,13 +12,13 @@ import numpy as np
 from gymnasium.vector import VectorEnv as GymVectorEnv
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.running_mean_std import RunningMeanStd
-from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecMonitor, VecNormalize, unwrap_vec_normalize
+from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecNormalize, unwrap_vec_normalize
 
 from lit_sb3.evaluation.normalization import FrozenNormalizer, ObservationNormalizer, WrappedNormalizer
 from lit_sb3.evaluation.obs_rms import ObsRms, check_same_statistics
 from lit_sb3.evaluation.policy_kernels import make_batched_policy
 from lit_sb3.evaluation.seeding import episode_seed
-from lit_sb3.evaluation.slot_envs import SlotEnvError, make_slot_env
+from lit_sb3.evaluation.slot_envs import SlotEnvError, make_slot_env, peel_monitors
 from lit_sb3.workers.app import TaskError, WorkerApp
 from lit_sb3.workers.arrays import ArrayHandle
 from lit_sb3.workers.shared_array import OpenedArrays
@@ -79,13 +79,6 @@ def make_vec_env_from(env: VecEnv | GymVectorEnv | gym.Env) -> VecEnv | GymVecto
     )
 
 
-def _peel_monitors(env: VecEnv | GymVectorEnv) -> VecEnv | GymVectorEnv:
-    # VecMonitor only records episode statistics, which the evaluation computes itself.
-    while isinstance(env, VecMonitor):
-        env = env.venv
-    return env
-
-
 def _single_spaces(env: VecEnv | GymVectorEnv) -> tuple[gym.Space, gym.Space]:
     if isinstance(env, VecEnv):
         return env.observation_space, env.action_space
@@ -119,7 +112,7 @@ class CandidateEvaluator(WorkerApp):
             )
         self.vec_normalize = unwrap_vec_normalize(env) if isinstance(env, VecEnv) else None
         self.normalizer: ObservationNormalizer | None = None
-        outer = _peel_monitors(env)
+        outer = peel_monitors(env)
         if isinstance(outer, VecNormalize) and isinstance(observation_space, gym.spaces.Box):
             # Normalise here and step what is below the VecNormalize (as fast as without one).
             self.normalizer = FrozenNormalizer(outer)

@@ -262,7 +262,6 @@ class AutoresetSlots(_BatchSlots):
         super().__init__(env, None)
         self.vector_env = env
         self.next_step_reset = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP) == AutoresetMode.NEXT_STEP
-        self._session = False
         #: Slots whose next observation starts a fresh episode (their last one just ended).
         self._fresh = np.zeros(self.n_slots, dtype=bool)
         #: Slots given an episode that starts with the next step's observation (next-step autoreset).
@@ -321,6 +320,17 @@ def _index_observation(observations: Any, slot: int) -> Any:
     return observations[slot]
 
 
+def peel_monitors(env: VecEnv | GymVectorEnv) -> VecEnv | GymVectorEnv:
+    """
+    :param env: A vectorised environment.
+    :return: What is below its outer ``VecMonitor`` wrappers: they only record episode statistics, which the
+        evaluation computes itself.
+    """
+    while isinstance(env, VecMonitor):
+        env = env.venv
+    return env
+
+
 def make_slot_env(env: VecEnv | GymVectorEnv, original_reward: VecNormalize | None = None) -> SlotEnv:
     """
     Pick the fastest exact driver for ``env``.
@@ -331,9 +341,7 @@ def make_slot_env(env: VecEnv | GymVectorEnv, original_reward: VecNormalize | No
         ``SyncVectorEnv``; :class:`WaveSlots` for other ``VecEnv`` and for ``AsyncVectorEnv``;
         :class:`AutoresetSlots` for other gymnasium vector environments.
     """
-    inner = env
-    while isinstance(inner, VecMonitor):
-        inner = inner.venv
+    inner = peel_monitors(env)
     if isinstance(inner, DummyVecEnv | SyncVectorEnv) and original_reward is None:
         return EnvListSlots(list(inner.envs))
     if isinstance(env, VecEnv | AsyncVectorEnv):

@@ -136,6 +136,10 @@ class AsyncEval(CandidateEval):
     def closed(self) -> bool:
         return self._pool.closed
 
+    @property
+    def _round_pending(self) -> bool:
+        return self._pending is not None
+
     def _start_round(self, weights: np.ndarray, spec_fields: dict[str, Any], pop_size: int) -> None:
         population = self._population.publish(weights[:pop_size].astype(np.float32, copy=False))
         spec = RoundSpec(population=population, **spec_fields)

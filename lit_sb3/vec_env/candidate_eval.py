@@ -46,7 +46,6 @@ class CandidateEval(ABC):
         self.n_params = sum(parameter.numel() for parameter in train_policy.parameters())
         self.n_eval_episodes = n_eval_episodes
         self._n_workers = n_workers
-        self._pending_size: int | None = None
         self._base_seed: int | None = None
         self._round_index = 0
         self._round_serial = 0
@@ -66,13 +65,19 @@ class CandidateEval(ABC):
     def closed(self) -> bool:
         """Whether :meth:`close` was called."""
 
+    @property
+    @abstractmethod
+    def _round_pending(self) -> bool:
+        """Whether a round was started and its results not yet collected (nor lost to a failure)."""
+
     @abstractmethod
     def _start_round(self, weights: np.ndarray, spec_fields: dict[str, Any], pop_size: int) -> None:
         """Start evaluating ``weights`` (already checked) with the round's seeding and options."""
 
     @abstractmethod
     def _finish_round(self) -> list[ChunkResult]:
-        """Wait for the round started last."""
+        """Wait for the round started last; once it returns or fails (but for a ``KeyboardInterrupt``), no round
+        is pending."""
 
     @abstractmethod
     def _worker_obs_rms(self) -> list[Any]:
@@ -96,7 +101,7 @@ class CandidateEval(ABC):
         :param pop_size: The number of candidate (size of the population); rows ``0..pop_size-1`` are evaluated.
         """
         self._check_open()
-        if self._pending_size is not None:
+        if self._round_pending:
             raise ValueError("send_jobs() was called again before get_results() collected the previous round")
         weights = _weights_matrix(candidate_weights, pop_size, self.n_params)
         if self._base_seed is None:
@@ -109,7 +114,6 @@ class CandidateEval(ABC):
         }
         self._round_serial += 1  # before anything can fail: a serial is never reused
         self._start_round(weights, spec_fields, pop_size)
-        self._pending_size = pop_size
         self._round_index += 1
 
     def seed(self, seed: int | None = None) -> list[int | None]:
@@ -164,16 +168,9 @@ class CandidateEval(ABC):
             result (episodic reward and episode length), ordered by candidate index.
         """
         self._check_open()
-        if self._pending_size is None:
+        if not self._round_pending:
             raise ValueError("get_results() was called with no round pending: call send_jobs() first")
-        try:
-            chunks = self._finish_round()
-        except KeyboardInterrupt:
-            raise  # the round stays pending: get_results() can wait again, close() cancels it
-        except BaseException:
-            self._pending_size = None
-            raise
-        self._pending_size = None
+        chunks = self._finish_round()  # a KeyboardInterrupt leaves the round pending: get_results() can wait again
         chunks = sorted(chunks, key=lambda chunk: chunk[0])
         for *_, episode_obs_rms in chunks:
             if episode_obs_rms is not None:
@@ -217,7 +214,6 @@ class CandidateEval(ABC):
         """
         Close the processes: cancels a pending round, stops every worker, frees shared memory. Idempotent.
         """
-        self._pending_size = None
         self._close()
 
     # ------------------------------------------------------------------------------------------- extras
@@ -255,7 +251,7 @@ class CandidateEval(ABC):
 
     def _check_idle(self, method: str) -> None:
         self._check_open()
-        if self._pending_size is not None:
+        if self._round_pending:
             raise ValueError(f"{method}() was called while a round is pending: call get_results() first")
 
 
@@ -279,6 +275,10 @@ class InProcessEval(CandidateEval):
     @property
     def closed(self) -> bool:
         return self._is_closed
+
+    @property
+    def _round_pending(self) -> bool:
+        return self._evaluator.busy
 
     def _start_round(self, weights: np.ndarray, spec_fields: dict[str, Any], pop_size: int) -> None:
         population = np.ascontiguousarray(weights, dtype=np.float32)
