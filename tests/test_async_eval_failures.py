@@ -240,7 +240,7 @@ def test_bad_calls_are_refused(pool: AsyncEval) -> None:
         pool.set_options([{}, {}, {}])
     with pytest.raises(TypeError, match="seed must be an int"):
         pool.seed("0")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="seed must be non-negative"):
+    with pytest.raises(ValueError, match="seed must be a non-negative int"):
         pool.seed(-1)
     with pytest.raises(ValueError, match=r"worker_index must be in \[0, 1\)"):
         pool._pool.call(1, "get_obs_rms")

@@ -21,7 +21,7 @@ from stable_baselines3.common.type_aliases import RolloutReturn, TrainFreq
 from stable_baselines3.common.utils import should_collect_more_steps
 from stable_baselines3.common.vec_env import VecEnv, VecNormalize
 
-from lit_sb3.checks import check_positive_int
+from lit_sb3.checks import check_non_negative_int, check_non_negative_number, check_positive_int
 from lit_sb3.collection import (
     AsyncCollector,
     CollectionPlan,
@@ -97,22 +97,12 @@ class _AsyncAgent:
         check_positive_int("max_episodes_in_buffer", max_episodes_in_buffer)
         if n_workers is not None:
             check_positive_int("n_workers", n_workers)
-        if queue_put_timeout is not None and not (
-            isinstance(queue_put_timeout, int | float) and queue_put_timeout >= 0
-        ):
-            raise ValueError(
-                f"queue_put_timeout must be a non-negative number of seconds or None, got {queue_put_timeout!r}"
-            )
-        if not (isinstance(weight_sync_interval, int | float) and weight_sync_interval >= 0):
-            raise ValueError(
-                f"weight_sync_interval must be a non-negative number of seconds, got {weight_sync_interval!r}"
-            )
-        if max_policy_lag is not None and (
-            isinstance(max_policy_lag, bool) or not isinstance(max_policy_lag, int) or max_policy_lag < 0
-        ):
-            raise ValueError(f"max_policy_lag must be a non-negative int or None, got {max_policy_lag!r}")
-        if not isinstance(max_restarts, int) or isinstance(max_restarts, bool) or max_restarts < 0:
-            raise ValueError(f"max_restarts must be a non-negative int, got {max_restarts!r}")
+        if queue_put_timeout is not None:
+            check_non_negative_number("queue_put_timeout", queue_put_timeout)
+        check_non_negative_number("weight_sync_interval", weight_sync_interval)
+        if max_policy_lag is not None:
+            check_non_negative_int("max_policy_lag", max_policy_lag)
+        check_non_negative_int("max_restarts", max_restarts)
         self._workers = BackendChoice.from_use_mp(
             use_mp, backend, ray_address=ray_address, worker_resources=worker_resources
         )

@@ -14,6 +14,7 @@ from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.save_util import load_from_pkl, save_to_pkl
 from stable_baselines3.common.type_aliases import ReplayBufferSamples
 
+from lit_sb3.checks import check_non_negative_int
 from lit_sb3.collection import EpisodePacket, Rollout, add_transitions, final_info, one_column_replay_buffer
 
 
@@ -50,8 +51,7 @@ class RolloutQueue(DataBuffer):
 
     def __init__(self, prefetch: int = 0) -> None:
         super().__init__()
-        if not isinstance(prefetch, int) or isinstance(prefetch, bool) or prefetch < 0:
-            raise ValueError(f"prefetch must be a non-negative int, got {prefetch!r}")
+        check_non_negative_int("prefetch", prefetch)
         self.prefetch = prefetch
         self._rollouts: deque[Rollout] = deque()
         self._takers = 0

@@ -5,7 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from lit_sb3.checks import check_positive_int
+from lit_sb3.checks import (
+    check_non_negative_int,
+    check_non_negative_number,
+    check_positive_int,
+    check_positive_number,
+)
 
 #: SB3 logger outputs the engine can write.
 LOG_FORMATS = frozenset({"stdout", "log", "csv", "json", "tensorboard"})
@@ -63,28 +68,17 @@ class EngineConfig:
                 check_positive_int(name, getattr(self, name))
         check_positive_int("eval_episodes", self.eval_episodes)
         check_positive_int("log_interval", self.log_interval)
-        if self.max_policy_lag is not None and (not _is_int(self.max_policy_lag) or self.max_policy_lag < 0):
-            raise ValueError(f"max_policy_lag must be a non-negative int or None, got {self.max_policy_lag!r}")
-        if self.replay_ratio is not None and not (_is_number(self.replay_ratio) and self.replay_ratio > 0):
-            raise ValueError(f"replay_ratio must be a positive number or None, got {self.replay_ratio!r}")
-        if not (_is_number(self.weight_sync_interval) and self.weight_sync_interval >= 0):
-            raise ValueError(
-                f"weight_sync_interval must be a non-negative number of seconds, got {self.weight_sync_interval!r}"
-            )
+        if self.max_policy_lag is not None:
+            check_non_negative_int("max_policy_lag", self.max_policy_lag)
+        if self.replay_ratio is not None:
+            check_positive_number("replay_ratio", self.replay_ratio)
+        check_non_negative_number("weight_sync_interval", self.weight_sync_interval)
         if self.checkpoint_interval is not None and self.checkpoint_folder is None:
             raise ValueError("checkpoint_interval needs a checkpoint_folder")
-        if self.seed is not None and (not _is_int(self.seed) or self.seed < 0):
-            raise ValueError(f"seed must be a non-negative int or None, got {self.seed!r}")
+        if self.seed is not None:
+            check_non_negative_int("seed", self.seed)
         unknown = set(self.log_formats) - LOG_FORMATS
         if isinstance(self.log_formats, str) or unknown:
             raise ValueError(f"log_formats must be a tuple of {sorted(LOG_FORMATS)}, got {self.log_formats!r}")
         if self.log_folder is None and set(self.log_formats) - {"stdout"}:
             raise ValueError(f"log_formats {self.log_formats!r} write files: give a log_folder")
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)

@@ -9,6 +9,7 @@ import gymnasium as gym
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
 
+from lit_sb3.checks import check_non_negative_int, check_positive_int
 from lit_sb3.collection import AsyncCollector, CollectionPlan, Progress
 from lit_sb3.envs.multi_env import IndexableMultiEnv
 from lit_sb3.vec_env.async_eval import AsyncEval
@@ -44,13 +45,11 @@ class EnvGroup:
     ) -> None:
         self.env = IndexableMultiEnv(env_fns)  # checks env_fns
         self.workers = BackendChoice.parse(backend)
-        for name, value in (("n_workers", n_workers), ("max_episodes_in_buffer", max_episodes_in_buffer)):
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
-        if not isinstance(n_eval_workers, int) or isinstance(n_eval_workers, bool) or n_eval_workers < 1:
-            raise ValueError(f"n_eval_workers must be a positive int, got {n_eval_workers!r}")
-        if not isinstance(max_restarts, int) or isinstance(max_restarts, bool) or max_restarts < 0:
-            raise ValueError(f"max_restarts must be a non-negative int, got {max_restarts!r}")
+        if n_workers is not None:
+            check_positive_int("n_workers", n_workers)
+        check_positive_int("max_episodes_in_buffer", max_episodes_in_buffer)
+        check_positive_int("n_eval_workers", n_eval_workers)
+        check_non_negative_int("max_restarts", max_restarts)
         if eval_env_fn is not None and not callable(eval_env_fn):
             raise TypeError(f"eval_env_fn must be callable (returning a gymnasium Env), got {type(eval_env_fn)!r}")
         self.backend = backend

@@ -10,7 +10,7 @@ import torch as th
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv
 
-from lit_sb3.checks import check_scale
+from lit_sb3.checks import check_non_negative_int, check_scale
 from lit_sb3.population.base import PopulationAlgorithm, check_population_size
 
 with warnings.catch_warnings():
@@ -96,8 +96,7 @@ class CMAES(PopulationAlgorithm):
         check_scale("sigma0", sigma0)
         if pop_size is not None:
             check_population_size(pop_size)
-        if not isinstance(restarts, int | np.integer) or isinstance(restarts, bool) or restarts < 0:
-            raise ValueError(f"restarts must be a non-negative int, got {restarts!r}")
+        check_non_negative_int("restarts", restarts)
         if not incpopsize >= 1.0:
             raise ValueError(f"incpopsize must be >= 1, got {incpopsize}")
         for option, argument in RESERVED_OPTIONS.items():

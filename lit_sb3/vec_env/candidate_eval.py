@@ -15,7 +15,7 @@ from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.running_mean_std import RunningMeanStd
 from stable_baselines3.common.vec_env import VecEnv
 
-from lit_sb3.checks import check_positive_int
+from lit_sb3.checks import check_non_negative_int, check_positive_int
 from lit_sb3.evaluation.evaluator import CandidateEvaluator, RoundSpec
 from lit_sb3.evaluation.obs_rms import ObsRms, check_same_statistics, combine_obs_rms, copy_obs_rms
 from lit_sb3.workers.app import TaskError
@@ -129,10 +129,8 @@ class CandidateEval(ABC):
         :return: The seed each worker's episodes derive from.
         """
         self._check_open()
-        if seed is not None and (not isinstance(seed, int | np.integer) or isinstance(seed, bool)):
-            raise TypeError(f"seed must be an int or None, got {type(seed)!r}")
-        if seed is not None and seed < 0:
-            raise ValueError(f"seed must be non-negative, got {seed}")
+        if seed is not None:
+            check_non_negative_int("seed", seed)
         self._base_seed = None if seed is None else int(seed)
         self._round_index = 0
         return [self._base_seed] * self.n_workers

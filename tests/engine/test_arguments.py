@@ -44,9 +44,13 @@ def test_a_bad_config_names_the_argument(fields: dict[str, Any], message: str) -
         EngineConfig(**fields)
 
 
-def test_a_config_count_that_is_not_an_int_names_the_argument() -> None:
+def test_a_config_value_of_the_wrong_type_names_the_argument() -> None:
     with pytest.raises(TypeError, match="train_epochs must be an int"):
         EngineConfig(train_epochs=2.5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="max_policy_lag must be an int"):
+        EngineConfig(train_epochs=2, max_policy_lag=1.5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="weight_sync_interval must be a number"):
+        EngineConfig(train_epochs=2, weight_sync_interval="0.1")  # type: ignore[arg-type]
 
 
 def test_a_bad_env_group_names_the_argument() -> None:

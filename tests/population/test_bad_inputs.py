@@ -77,7 +77,6 @@ def test_unsupported_spaces(algorithm, observation_space, action_space, message)
         (ARS, {"learning_rate": lambda _progress: float("nan")}, "learning_rate must be finite and >= 0, got nan"),
         (ES, {"sigma": 0.0}, "sigma must be finite and > 0, got 0.0"),
         (CEM, {"extra_noise": -0.01}, "extra_noise must be finite and >= 0, got -0.01"),
-        (CMAES, {"restarts": True}, "restarts must be a non-negative int"),
         (ES, {"optimizer_class": "rmsprop"}, "optimizer_class must be one of 'adam', 'clipup', 'sgd' or a torch"),
         (PGPE, {"popsize": 7}, r"popsize must be an even int \(antithetic pairs\) >= 2, got 7"),
         (PGPE, {"pop_size": 8}, "give popsize or pop_size .*, not both: got 8 and 8"),
@@ -129,6 +128,8 @@ def test_populations_sizes_as_numpy_ints_and_bad_types():
         make_model(SNES, popsize=8.0)
     with pytest.raises(TypeError, match="num_interactions must be an int"):
         make_model(PGPE, num_interactions=1e5)
+    with pytest.raises(TypeError, match="restarts must be an int"):
+        make_model(CMAES, restarts=True)
 
 
 def test_bad_async_eval():
