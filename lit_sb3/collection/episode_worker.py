@@ -7,7 +7,7 @@ import copy
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, SupportsFloat
 
 import gymnasium as gym
 import numpy as np
@@ -18,7 +18,7 @@ from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
 
 from lit_sb3.collection.acting import NumpyActorCritic, sample_on_policy
 from lit_sb3.collection.episodes import ActingSpec, EpisodePacket, Progress, collection_seed
-from lit_sb3.collection.stepping import EnvStepper
+from lit_sb3.collection.stepping import EnvStepper, StepOutcome
 from lit_sb3.collection.weights import acting_module, load_flat_weights, read_board
 from lit_sb3.workers.app import TaskError, WorkerApp
 from lit_sb3.workers.arrays import ArrayHandle
@@ -29,13 +29,22 @@ STEPS_PER_ADVANCE = 32
 
 
 @dataclass
-class _Running:  # the lockstep worker also uses rollout, rollout_steps and generator
-    """One environment's task and its episode under way."""
+class EnvironmentRun:
+    """
+    One environment's task and its episode under way.
+
+    :param request_id: The task's request.
+    :param env_index: The environment's index among the agent's environments.
+    :param env: The environment.
+    :param episode_index: The index of the episode under way (or the next one, while parked).
+    :param slot: The task's row of the progress board, kept until the task ends.
+    """
 
     request_id: int
     env_index: int
     env: gym.Env
     episode_index: int
+    slot: int
     observation: Any = None
     rng: np.random.Generator = field(default_factory=np.random.default_rng)
     noise: ActionNoise | None = None
@@ -50,9 +59,54 @@ class _Running:  # the lockstep worker also uses rollout, rollout_steps and gene
     infos: list[dict[str, Any]] = field(default_factory=list)
     random_steps: int = 0
     parked: bool = False
+    #: Lockstep collection: the rollout the episode belongs to, the environment's steps in it so far, and the
+    #: generator of the episode's actions.
     rollout: int = 0
     rollout_steps: int = 0
     generator: th.Generator | None = None
+
+    def begin_episode(self, observation: Any, first_version: int) -> None:
+        """
+        :param observation: The first observation of a new episode.
+        :param first_version: The weight version that acts first in it.
+        """
+        self.observation = observation
+        self.started_at = time.monotonic()
+        self.first_version = first_version
+        self.observations, self.actions, self.rewards = [observation], [], []
+        self.acted_observations, self.values, self.log_probs, self.infos = [], [], [], []
+        self.random_steps = 0
+        if self.noise is not None:
+            self.noise.reset()
+
+    def record_step(
+        self,
+        action: Any,
+        reward: SupportsFloat,
+        info: dict[str, Any],
+        observation: Any,
+        *,
+        value: float | None = None,
+        log_prob: float | None = None,
+    ) -> None:
+        """
+        Record one step of the episode.
+
+        :param action: The action as the buffer stores it.
+        :param reward: The environment's reward.
+        :param info: The environment's info dict.
+        :param observation: The observation after the step.
+        :param value: On-policy: the value of the observation the action was chosen on.
+        :param log_prob: On-policy: the log-probability of the action.
+        """
+        self.actions.append(action)
+        self.rewards.append(float(reward))
+        self.infos.append(info)
+        if value is not None and log_prob is not None:
+            self.values.append(value)
+            self.log_probs.append(log_prob)
+        self.observations.append(observation)
+        self.observation = observation
 
 
 class EpisodeWorker(WorkerApp):
@@ -103,7 +157,7 @@ class EpisodeWorker(WorkerApp):
         self._in_flight_limit: int | None = None
         self._stepper = EnvStepper()
         self._envs: dict[int, gym.Env] = {}
-        self._running: list[_Running] = []
+        self._running: list[EnvironmentRun] = []
         self._steps_since_noise = 0
         if not isinstance(self.policy.action_space, spaces.Box | spaces.Discrete):
             raise ValueError(f"async collection supports Box and Discrete actions, got {self.policy.action_space}")
@@ -164,7 +218,13 @@ class EpisodeWorker(WorkerApp):
         (env_index,) = args
         if env_index not in self._envs:
             self._envs[env_index] = self.env_fns[env_index]()
-        running = _Running(request_id, env_index, self._envs[env_index], max(delivered, default=-1) + 1)
+        taken = {run.slot for run in self._running}
+        free = [slot for slot in range(self.max_envs) if slot not in taken]
+        if not free:
+            raise RuntimeError(f"the worker runs {self.max_envs} environments at most, all {len(taken)} are running")
+        running = EnvironmentRun(
+            request_id, env_index, self._envs[env_index], max(delivered, default=-1) + 1, slot=free[0]
+        )
         noise = self.spec.action_noise
         # Stable-Baselines3 vectorises the noise over its environments; a worker keeps one copy per environment.
         running.noise = copy.deepcopy(noise.base_noise if isinstance(noise, VectorizedActionNoise) else noise)
@@ -186,13 +246,13 @@ class EpisodeWorker(WorkerApp):
         return []  # collection tasks never end by themselves: they are cancelled
 
     def cancel(self, request_ids: tuple[int, ...] | None = None) -> list[int]:
-        dropped = [run.request_id for run in self._running if request_ids is None or run.request_id in request_ids]
-        self._in_flight -= {(run.env_index, run.episode_index) for run in self._running if run.request_id in dropped}
-        self._running = [run for run in self._running if run.request_id not in dropped]
-        for slot in range(self.max_envs):
-            self.mark_idle(slot)
+        cancelled = [run for run in self._running if request_ids is None or run.request_id in request_ids]
+        self._in_flight -= {(run.env_index, run.episode_index) for run in cancelled}
+        self._running = [run for run in self._running if run not in cancelled]
+        for run in cancelled:
+            self.mark_idle(run.slot)
         self._resample_noise()
-        return dropped
+        return [run.request_id for run in cancelled]
 
     def close(self) -> None:
         self._stepper.close()
@@ -206,7 +266,7 @@ class EpisodeWorker(WorkerApp):
         limit = self._in_flight_limit
         return not self.limits_in_flight or limit is None or len(self._in_flight) < limit
 
-    def _begin(self, run: _Running) -> None:
+    def _begin(self, run: EnvironmentRun) -> None:
         """Begin ``run``'s next episode."""
         run.parked = False
         if self.limits_in_flight:
@@ -216,35 +276,26 @@ class EpisodeWorker(WorkerApp):
         except Exception as exc:
             raise TaskError(run.request_id, run.episode_index) from exc
 
-    def _reset(self, running: _Running) -> None:
-        seed = collection_seed(self.spec.base_seed, running.env_index, running.episode_index, 0)
-        running.rng = np.random.default_rng(
-            collection_seed(self.spec.base_seed, running.env_index, running.episode_index, 1)
-        )
-        running.observation, _ = running.env.reset(seed=seed)
-        running.started_at = time.monotonic()
-        running.first_version = self._version_for(running)
-        running.observations, running.actions, running.rewards = [running.observation], [], []
-        running.acted_observations = []
-        running.values, running.log_probs, running.infos = [], [], []
-        running.random_steps = 0
-        if running.noise is not None:
-            running.noise.reset()
-        self.mark_started(self._running.index(running), running.episode_index, running.request_id)
+    def _reset(self, run: EnvironmentRun) -> None:
+        seed = collection_seed(self.spec.base_seed, run.env_index, run.episode_index, 0)
+        run.rng = np.random.default_rng(collection_seed(self.spec.base_seed, run.env_index, run.episode_index, 1))
+        observation, _ = run.env.reset(seed=seed)
+        run.begin_episode(observation, self._version_for(run))
+        self.mark_started(run.slot, run.episode_index, run.request_id)
 
-    def _policy_for(self, run: _Running) -> BasePolicy:
+    def _policy_for(self, run: EnvironmentRun) -> BasePolicy:
         """:return: The policy that acts for ``run`` (overridden by the lockstep worker)."""
         return self.policy
 
-    def _version_for(self, run: _Running) -> int:
+    def _version_for(self, run: EnvironmentRun) -> int:
         """:return: The weight version that acts for ``run``."""
         return self.version
 
-    def _complete(self, run: _Running, packet: EpisodePacket) -> EpisodePacket:
+    def _complete(self, run: EnvironmentRun, packet: EpisodePacket) -> EpisodePacket:
         """:return: The packet of ``run``'s finished episode, as it is sent."""
         return packet
 
-    def _active(self) -> list[_Running]:
+    def _active(self) -> list[EnvironmentRun]:
         """:return: The environments with an episode under way (not waiting to begin one)."""
         return [run for run in self._running if not run.parked]
 
@@ -276,24 +327,35 @@ class EpisodeWorker(WorkerApp):
         outcomes = self._stepper.step([run.env for run in running], env_actions)
         ended = False
         for index, (run, outcome) in enumerate(zip(running, outcomes, strict=True)):
-            if isinstance(outcome, Exception):
-                raise TaskError(run.request_id, run.episode_index) from outcome
-            observation, reward, terminated, truncated, info = outcome
-            run.actions.append(buffer_actions[index])
-            run.rewards.append(float(reward))
-            run.infos.append(info)
-            if values is not None and log_probs is not None:
-                run.values.append(float(values[index]))
-                run.log_probs.append(float(log_probs[index]))
-            run.observations.append(observation)
-            run.observation = observation
-            if terminated or truncated:
-                self._finish(run, bool(terminated), bool(truncated))
-                ended = True
+            value = None if values is None else float(values[index])
+            log_prob = None if log_probs is None else float(log_probs[index])
+            ended |= self._record_step(run, outcome, buffer_actions[index], value=value, log_prob=log_prob)
         return ended
 
+    def _record_step(
+        self, run: EnvironmentRun, outcome: StepOutcome, action: Any, *, value: float | None, log_prob: float | None
+    ) -> bool:
+        """
+        Record one step of ``run``'s environment and finish the episode if it ended.
+
+        :param run: The environment.
+        :param outcome: What its ``env.step`` returned, or the exception it raised (raised as the task's failure).
+        :param action: The action as the buffer stores it.
+        :param value: On-policy: the value of the observation acted on.
+        :param log_prob: On-policy: the action's log-probability.
+        :return: Whether the episode ended.
+        """
+        if isinstance(outcome, Exception):
+            raise TaskError(run.request_id, run.episode_index) from outcome
+        observation, reward, terminated, truncated, info = outcome
+        run.record_step(action, reward, info, observation, value=value, log_prob=log_prob)
+        if terminated or truncated:
+            self._finish(run, bool(terminated), bool(truncated))
+            return True
+        return False
+
     def _act_on_policy(
-        self, observations: np.ndarray, running: list[_Running]
+        self, observations: np.ndarray, running: list[EnvironmentRun]
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         policy = self.policy
         assert isinstance(policy, ActorCriticPolicy)
@@ -312,7 +374,7 @@ class EpisodeWorker(WorkerApp):
             )
         return env_actions, actions, values, log_probs
 
-    def _act_off_policy(self, observations: np.ndarray, running: list[_Running]) -> tuple[np.ndarray, np.ndarray]:
+    def _act_off_policy(self, observations: np.ndarray, running: list[EnvironmentRun]) -> tuple[np.ndarray, np.ndarray]:
         spec, space = self.spec, self.action_space
         warm_up = self.progress.num_timesteps < spec.learning_starts and not (spec.use_sde and spec.use_sde_at_warmup)
         if warm_up:
@@ -341,7 +403,7 @@ class EpisodeWorker(WorkerApp):
         assert isinstance(space, spaces.Discrete)
         return np.asarray(space.start + rng.integers(space.n), dtype=space.dtype)
 
-    def _finish(self, run: _Running, terminated: bool, truncated: bool) -> None:
+    def _finish(self, run: EnvironmentRun, terminated: bool, truncated: bool) -> None:
         rewards = np.asarray(run.rewards, dtype=np.float32)
         train_rewards = rewards
         terminal_value = 0.0
@@ -383,5 +445,5 @@ class EpisodeWorker(WorkerApp):
             self._begin(run)
         else:
             run.parked = True
-            self.mark_idle(self._running.index(run))
+            self.mark_idle(run.slot)
             self._resample_noise()

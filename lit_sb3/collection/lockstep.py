@@ -22,10 +22,9 @@ from gymnasium import spaces
 from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
 
 from lit_sb3.collection.acting import sample_on_policy, samples_directly
-from lit_sb3.collection.episode_worker import EpisodeWorker, _Running
+from lit_sb3.collection.episode_worker import EnvironmentRun, EpisodeWorker
 from lit_sb3.collection.episodes import EpisodePacket, Progress, collection_seed
 from lit_sb3.collection.weights import load_flat_weights, read_board
-from lit_sb3.workers.app import TaskError
 from lit_sb3.workers.arrays import ArrayHandle
 
 #: Seconds a worker whose environments all wait for weights sleeps before it reads its messages again.
@@ -75,18 +74,18 @@ class LockstepEpisodeWorker(EpisodeWorker):
                 del self._policies[old]
         return self.version
 
-    def _policy_for(self, run: _Running) -> BasePolicy:
+    def _policy_for(self, run: EnvironmentRun) -> BasePolicy:
         return self._policies[required_version(run.rollout, self.initial_version)]
 
-    def _version_for(self, run: _Running) -> int:
+    def _version_for(self, run: EnvironmentRun) -> int:
         return required_version(run.rollout, self.initial_version)
 
-    def _reset(self, running: _Running) -> None:
-        super()._reset(running)
-        seed = collection_seed(self.spec.base_seed, running.env_index, running.episode_index, 2)
-        running.generator = th.Generator().manual_seed(seed)
+    def _reset(self, run: EnvironmentRun) -> None:
+        super()._reset(run)
+        seed = collection_seed(self.spec.base_seed, run.env_index, run.episode_index, 2)
+        run.generator = th.Generator().manual_seed(seed)
 
-    def _complete(self, run: _Running, packet: EpisodePacket) -> EpisodePacket:
+    def _complete(self, run: EnvironmentRun, packet: EpisodePacket) -> EpisodePacket:
         closes = run.rollout_steps >= self.rollout_steps
         packet = dataclasses.replace(packet, rollout_index=run.rollout, closes_rollout=closes)
         if closes:
@@ -101,26 +100,14 @@ class LockstepEpisodeWorker(EpisodeWorker):
                 continue  # its rollout waits for the weights one version behind the trainer
             stepped = True
             env_action, action, value, log_prob = self._act_alone(policy, run)
-            try:
-                observation, reward, terminated, truncated, info = run.env.step(env_action)
-            except Exception as exc:
-                raise TaskError(run.request_id, run.episode_index) from exc
-            run.actions.append(action)
-            run.rewards.append(float(reward))
-            run.infos.append(info)
-            run.values.append(value)
-            run.log_probs.append(log_prob)
-            run.observations.append(observation)
-            run.observation = observation
-            run.rollout_steps += 1
-            if terminated or truncated:
-                self._finish(run, bool(terminated), bool(truncated))
-                ended = True
+            (outcome,) = self._stepper.step([run.env], [env_action])
+            run.rollout_steps += 1  # before it is recorded: a finished episode closes the rollout it fills
+            ended |= self._record_step(run, outcome, action, value=value, log_prob=log_prob)
         if not stepped:
             time.sleep(IDLE_SLEEP)
         return ended or not stepped  # back to the worker loop: deliver the episode, or read the awaited weights
 
-    def _act_alone(self, policy: BasePolicy, run: _Running) -> tuple[np.ndarray, np.ndarray, float, float]:
+    def _act_alone(self, policy: BasePolicy, run: EnvironmentRun) -> tuple[np.ndarray, np.ndarray, float, float]:
         assert isinstance(policy, ActorCriticPolicy)
         with th.no_grad():
             observation = th.as_tensor(np.asarray(run.observation)[None])

@@ -1,0 +1,50 @@
+"""The episode worker's progress board: each environment task keeps one row while it runs."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import gymnasium as gym
+from stable_baselines3 import PPO
+
+from agents.helpers import multi_env
+from lit_sb3.collection import CollectionPlan
+from lit_sb3.collection.episode_worker import EpisodeWorker
+
+
+class BoardRecorder(EpisodeWorker):
+    """Records the row of every episode start, by environment."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.rows: dict[int, list[int]] = {}  # request id -> rows its episodes started on
+
+    def mark_started(self, slot: int, unit_index: int, request_id: int, started_at: float | None = None) -> None:
+        self.rows.setdefault(request_id, []).append(slot)
+        super().mark_started(slot, unit_index, request_id, started_at)
+
+
+def test_a_task_keeps_its_slot_when_another_is_cancelled_and_a_freed_slot_is_reused() -> None:
+    env = multi_env("CartPole-v1", 3)
+    model = PPO("MlpPolicy", env, n_steps=16, batch_size=16, seed=0)
+    plan = CollectionPlan.for_algorithm(model, base_seed=0)
+    env_fns = [partial(gym.make, "CartPole-v1")] * 3
+    worker = BoardRecorder(env_fns, model.policy, plan.acting, max_envs=3, progress=plan.progress(0))
+    episodes: list[tuple[int, int]] = []
+    worker.attach_emitter(lambda request_id, unit, _episode: episodes.append((request_id, unit)))
+    try:
+        for request_id in range(3):
+            worker.submit(request_id, "collect", (request_id,))
+        assert worker.cancel((0,)) == [0]
+        for _ in range(20):  # every remaining environment ends episodes and begins new ones
+            worker.advance()
+        worker.submit(3, "collect", (0,))
+        for _ in range(20):
+            worker.advance()
+    finally:
+        worker.close()
+    assert worker.rows[0] == [0]
+    assert len(worker.rows[1]) > 1 and set(worker.rows[1]) == {1}  # not moved to row 0 by the cancel
+    assert len(worker.rows[2]) > 1 and set(worker.rows[2]) == {2}
+    assert set(worker.rows[3]) == {0}  # the freed row
+    assert {request_id for request_id, _ in episodes} == {1, 2, 3}
