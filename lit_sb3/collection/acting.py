@@ -10,7 +10,6 @@ own generator.
 
 from __future__ import annotations
 
-import copy
 import math
 
 import numpy as np
@@ -21,11 +20,15 @@ from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.preprocessing import is_image_space
 from stable_baselines3.common.torch_layers import FlattenExtractor, MlpExtractor
 
-from lit_sb3.evaluation.policy_kernels import DenseLayer, dense_layers, module_sequence, parameter_offsets
+from lit_sb3.evaluation.policy_kernels import (
+    DenseLayer,
+    KernelProbe,
+    LayerStack,
+    dense_layers,
+    module_sequence,
+    parameter_offsets,
+)
 
-#: Random probes of the numpy path against the torch policy: how many observations, and the tolerance.
-PROBE_OBSERVATIONS = 8
-PROBE_TOLERANCE = 1e-4
 _LOG_SQRT_2PI = math.log(math.sqrt(2 * math.pi))
 
 
@@ -83,7 +86,9 @@ class NumpyActorCritic:
     """
     Actions, values and log-probabilities of an ``ActorCriticPolicy`` with flat ``Box`` observations, the default
     ``MlpExtractor`` (linear layers with ReLU or Tanh) and categorical or diagonal Gaussian actions, in float32
-    numpy. Build it with :meth:`for_policy`, which says None for anything else.
+    numpy: the actor and the critic are two :class:`~lit_sb3.evaluation.policy_kernels.LayerStack` (the kernel of
+    evaluation) whose weights every observation of a batch shares. Build it with :meth:`for_policy`, which says None
+    for anything else.
 
     :param policy: The policy (its parameters' order is that of the flat weight vectors to :meth:`load`).
     :param offsets: Where its parameters start in that vector (:func:`parameter_offsets`).
@@ -94,13 +99,12 @@ class NumpyActorCritic:
     def __init__(
         self, policy: ActorCriticPolicy, offsets: dict[int, int], actor: list[DenseLayer], critic: list[DenseLayer]
     ) -> None:
-        self.actor_layers, self.critic_layers = actor, critic
+        self.actor = LayerStack(actor, 1, shared_weights=True)
+        self.critic = LayerStack(critic, 1, shared_weights=True)
         categorical = isinstance(policy.action_dist, CategoricalDistribution)
         #: Where the Gaussian's log standard deviations start in the flat weights; None for categorical actions.
         self.log_std_offset = None if categorical else offsets[id(policy.log_std)]
         self.action_shape = policy.action_space.shape or ()
-        self._actor: list[tuple[np.ndarray, np.ndarray | None, str | None]] = []
-        self._critic: list[tuple[np.ndarray, np.ndarray | None, str | None]] = []
         self._log_std = np.zeros(0, np.float32)
 
     @classmethod
@@ -108,7 +112,7 @@ class NumpyActorCritic:
         """
         :param policy: An on-policy algorithm's policy.
         :return: Its numpy counterpart, loaded with its weights, or None if the policy is not of that shape or a
-            probe on random weights and observations does not reproduce it.
+            :class:`~lit_sb3.evaluation.policy_kernels.KernelProbe` does not reproduce it.
         """
         observation_space = policy.observation_space
         if (
@@ -136,8 +140,8 @@ class NumpyActorCritic:
         """
         :param weights: The policy's flat parameter vector.
         """
-        self._actor = [_layer_arrays(layer, weights) for layer in self.actor_layers]
-        self._critic = [_layer_arrays(layer, weights) for layer in self.critic_layers]
+        self.actor.load(weights)
+        self.critic.load(weights)
         if self.log_std_offset is not None:
             size = math.prod(self.action_shape)
             self._log_std = weights[self.log_std_offset : self.log_std_offset + size].astype(np.float32)
@@ -150,9 +154,9 @@ class NumpyActorCritic:
         :param generators: One random generator per observation, which draws its action.
         :return: Actions (shaped as the action space, batched), values and log-probabilities.
         """
-        inputs = np.asarray(observations, dtype=np.float32).reshape(len(observations), -1)
-        output = _forward(self._actor, inputs)
-        values = _forward(self._critic, inputs)[:, 0]
+        inputs = np.asarray(observations).reshape(len(observations), -1)
+        values = self.critic.forward(inputs)[:, 0].copy()
+        output = self.actor.forward(inputs)  # the stack's buffer: read before the next call
         if self.log_std_offset is None:  # categorical
             log_probabilities = output - _logsumexp(output)
             draws = np.array([[generator.random()] for generator in generators], dtype=np.float32)
@@ -166,47 +170,17 @@ class NumpyActorCritic:
         return gaussian.reshape(len(gaussian), *self.action_shape), values, log_probs
 
     def _reproduces(self, policy: ActorCriticPolicy) -> bool:
-        """Whether this gives the torch policy's values and log-probabilities on random weights and observations."""
-        rng = np.random.default_rng(0)
-        probe = copy.deepcopy(policy).to("cpu")
-        weights = rng.normal(0.0, 0.5, sum(parameter.numel() for parameter in probe.parameters()))
-        th.nn.utils.vector_to_parameters(th.as_tensor(weights, dtype=th.float32), probe.parameters())
-        self.load(weights.astype(np.float32).astype(np.float64))
-        shape = (PROBE_OBSERVATIONS, *(policy.observation_space.shape or ()))
-        observations = rng.normal(0.0, 2.0, shape).astype(np.float32)
-        generators = [np.random.default_rng(index) for index in range(len(observations))]
-        actions, values, log_probs = self.act(observations, generators)
+        """Whether this gives the torch policy's values and log-probabilities on a probe."""
+        probe = KernelProbe.of(policy)
+        self.load(probe.weights)
+        generators = [np.random.default_rng(index) for index in range(len(probe.observations))]
+        actions, values, log_probs = self.act(probe.observations, generators)
+        assert isinstance(probe.policy, ActorCriticPolicy)
         with th.no_grad():
-            expected_values, expected_log_probs, _ = probe.evaluate_actions(
-                th.as_tensor(observations), th.as_tensor(actions)
+            expected_values, expected_log_probs, _ = probe.policy.evaluate_actions(
+                th.as_tensor(probe.observations), th.as_tensor(actions)
             )
-        return bool(
-            np.allclose(values, expected_values.flatten().numpy(), rtol=PROBE_TOLERANCE, atol=PROBE_TOLERANCE)
-            and np.allclose(log_probs, expected_log_probs.numpy(), rtol=PROBE_TOLERANCE, atol=PROBE_TOLERANCE)
-        )
-
-
-def _layer_arrays(layer: DenseLayer, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray | None, str | None]:
-    """:return: The layer's transposed weight matrix and bias as float32 arrays, and its activation."""
-    size = layer.out_features * layer.in_features
-    matrix = weights[layer.weight_offset : layer.weight_offset + size].reshape(layer.out_features, layer.in_features)
-    bias = None
-    if layer.bias_offset is not None:
-        bias = weights[layer.bias_offset : layer.bias_offset + layer.out_features].astype(np.float32)
-    return np.ascontiguousarray(matrix.T, dtype=np.float32), bias, layer.activation
-
-
-def _forward(layers: list[tuple[np.ndarray, np.ndarray | None, str | None]], inputs: np.ndarray) -> np.ndarray:
-    outputs = inputs
-    for matrix, bias, activation in layers:
-        outputs = outputs @ matrix
-        if bias is not None:
-            outputs += bias
-        if activation == "tanh":
-            np.tanh(outputs, out=outputs)
-        elif activation == "relu":
-            np.maximum(outputs, 0.0, out=outputs)
-    return outputs
+        return probe.matches(values, expected_values.flatten()) and probe.matches(log_probs, expected_log_probs)
 
 
 def _logsumexp(logits: np.ndarray) -> np.ndarray:

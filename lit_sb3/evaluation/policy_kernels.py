@@ -3,8 +3,9 @@
 Known Stable-Baselines3 policy shapes (``ActorCriticPolicy``, TD3 and SAC actors with MLP extractors, and any policy
 that is ``action_net(features_extractor(obs))`` such as the ARS linear/MLP policies, on flat Box observations and
 Box or Discrete actions) run as float32 numpy maths on weights sliced once per candidate from the flat parameter
-vector, once a probe on random weights has shown that they give ``predict``'s actions. Anything else runs through
-copies of the torch policy.
+vector, once a probe on random weights (:class:`KernelProbe`) has shown that they give ``predict``'s actions.
+Anything else runs through copies of the torch policy. The numpy maths is one :class:`LayerStack`, which the
+collection workers' actor-critic also uses (with one set of weights for the batch).
 
 The numpy path is batch-invariant: a slot's actions depend only on its own weights and observation, whatever the
 other slots hold, because each slot's matrix product is a separate BLAS call of the same shape.
@@ -14,8 +15,9 @@ from __future__ import annotations
 
 import copy
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch as th
@@ -96,13 +98,121 @@ class BatchedPolicy(ABC):
         """
 
 
+class LayerStack:
+    """
+    Dense layers evaluated in float32 numpy on a batch of inputs, into buffers allocated once: the one MLP kernel,
+    with one candidate's weights per row (evaluation) or one policy's weights shared by every row (collection).
+
+    Each layer is one matrix product: a bias is folded into its weight matrix as an extra column that meets a
+    constant 1 appended to the layer's input, and activations write straight into the next layer's input. A step of
+    a two-hidden-layer MLP is about ten numpy calls, whatever the number of rows. With weights per row, the product
+    is a batched matrix-vector product, so a row's outputs depend only on its weights and input, whatever the other
+    rows hold (each row's product is a separate BLAS call of the same shape); shared weights make it one
+    matrix-matrix product of the whole batch.
+
+    :param layers: The dense layers, in order.
+    :param n_rows: Rows of the batch. With shared weights a larger batch may come: the buffers grow to it.
+    :param shared_weights: One set of weights (row 0's) for every row, rather than one set per row.
+    """
+
+    def __init__(self, layers: Sequence[DenseLayer], n_rows: int, *, shared_weights: bool = False) -> None:
+        self.layers = tuple(layers)
+        self.shared_weights = shared_weights
+        self._with_bias = [int(layer.bias_offset is not None) for layer in self.layers]
+        self._weights = [
+            np.zeros((1 if shared_weights else n_rows, layer.out_features, layer.in_features + bias), np.float32)
+            for layer, bias in zip(self.layers, self._with_bias, strict=True)
+        ]
+        self._allocate(n_rows)
+
+    def _allocate(self, n_rows: int) -> None:
+        self.n_rows = n_rows
+        self._inputs = [
+            np.ones((n_rows, layer.in_features + bias), np.float32)
+            for layer, bias in zip(self.layers, self._with_bias, strict=True)
+        ]
+        self._outputs = [np.zeros((n_rows, layer.out_features), np.float32) for layer in self.layers]
+        self._plans: dict[int, _StackPlan] = {}
+
+    def load(self, weights: np.ndarray, row: int = 0) -> None:
+        """
+        :param weights: A flat parameter vector, as ``parameters_to_vector(policy.parameters())``.
+        :param row: The row that acts with them (0 with shared weights).
+        """
+        for layer, weight in zip(self.layers, self._weights, strict=True):
+            size = layer.out_features * layer.in_features
+            matrix = weights[layer.weight_offset : layer.weight_offset + size]
+            weight[row, :, : layer.in_features] = matrix.reshape(layer.out_features, layer.in_features)
+            if layer.bias_offset is not None:
+                weight[row, :, layer.in_features] = weights[layer.bias_offset : layer.bias_offset + layer.out_features]
+
+    def forward(self, inputs: np.ndarray) -> np.ndarray:
+        """
+        :param inputs: One flat input per row, shape ``(rows, in_features)`` (cast to float32); with weights per
+            row, at most ``n_rows`` rows (the first ones).
+        :return: The last layer's outputs, shape ``(rows, out_features)``: a buffer of the stack, which the next
+            call overwrites.
+        """
+        count = len(inputs)
+        if count > self.n_rows:
+            if not self.shared_weights:
+                raise ValueError(f"{count} inputs for a stack of {self.n_rows} rows of weights")
+            self._allocate(count)
+        plan = self._plans.get(count)
+        if plan is None:
+            plan = self._plans[count] = self._plan(count)
+        np.copyto(plan.observations, inputs, casting="same_kind")
+        for left, right, product, output, activation, destination in plan.layers:
+            np.matmul(left, right, out=product)
+            target = output if destination is None else destination
+            if activation == "relu":
+                np.maximum(output, 0.0, out=target)
+            elif activation == "tanh":
+                np.tanh(output, out=target)
+            elif destination is not None:
+                np.copyto(destination, output)
+        return plan.result
+
+    def _plan(self, count: int) -> _StackPlan:
+        """Views of the buffers for a batch of ``count`` rows."""
+        inputs = [buffer[:count] for buffer in self._inputs]
+        outputs = [buffer[:count] for buffer in self._outputs]
+        weights = self._weights if self.shared_weights else [weight[:count] for weight in self._weights]
+        destinations: list[np.ndarray | None] = [
+            next_input[:, : layer.out_features] for next_input, layer in zip(inputs[1:], self.layers, strict=False)
+        ]
+        destinations.append(None)
+        # Per layer: the two factors of its product and where it goes, the output, its activation and where the
+        # activation writes.
+        layers = [
+            (*self._product(weight, layer_input, output), output, layer.activation, destination)
+            for weight, layer_input, output, layer, destination in zip(
+                weights, inputs, outputs, self.layers, destinations, strict=True
+            )
+        ]
+        return _StackPlan(inputs[0][:, : self.layers[0].in_features], layers, outputs[-1])
+
+    def _product(
+        self, weight: np.ndarray, layer_input: np.ndarray, output: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:return: A layer's product as ``matmul(left, right, out=product)``: with shared weights, the batch times
+        the transposed matrix; with weights per row, (rows, features, 1) columns, so that each row's product is a
+        matrix-vector product of its own."""
+        if self.shared_weights:
+            return layer_input, weight[0].T, output
+        return weight, layer_input[:, :, None], output[:, :, None]
+
+
+class _StackPlan(NamedTuple):
+    observations: np.ndarray
+    layers: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, str | None, np.ndarray | None]]
+    result: np.ndarray
+
+
 class NumpyMlpPolicy(BatchedPolicy):
     """
-    Float32 numpy evaluation of an :class:`MlpLayout`, into buffers allocated once.
-
-    Each layer is one batched matrix-vector product: a bias is folded into its weight matrix as an extra column
-    that meets a constant 1 appended to the layer's input, and activations write straight into the next layer's
-    input. A step of a two-hidden-layer MLP is about ten numpy calls, whatever the number of slots.
+    Float32 numpy evaluation of an :class:`MlpLayout` through a :class:`LayerStack` with one candidate's weights
+    per slot.
 
     :param layout: The policy's layout.
     :param n_slots: Number of slots.
@@ -111,27 +221,7 @@ class NumpyMlpPolicy(BatchedPolicy):
     def __init__(self, layout: MlpLayout, n_slots: int) -> None:
         super().__init__(n_slots)
         self.layout = layout
-        layers = layout.layers
-        with_bias = [layer.bias_offset is not None for layer in layers]
-        self._inputs = [
-            np.ones((n_slots, layer.in_features + bias), np.float32)
-            for layer, bias in zip(layers, with_bias, strict=True)
-        ]
-        self._weights = [
-            np.zeros((n_slots, layer.out_features, layer.in_features + bias), np.float32)
-            for layer, bias in zip(layers, with_bias, strict=True)
-        ]
-        self._outputs = [np.zeros((n_slots, layer.out_features), np.float32) for layer in layers]
-        self._observation_view = self._inputs[0][:, : layers[0].in_features]
-        # Per layer: weights, input and output as (n_slots, features, 1) columns, so that each slot's product is a
-        # matrix-vector product of its own, the output, its activation and where the activation writes.
-        next_inputs = [inputs[:, : layer.out_features] for inputs, layer in zip(self._inputs[1:], layers, strict=False)]
-        self._plan = [
-            (weight, inputs[:, :, None], output[:, :, None], output, layer.activation, destination)
-            for weight, inputs, output, layer, destination in zip(
-                self._weights, self._inputs, self._outputs, layers, [*next_inputs, None], strict=True
-            )
-        ]
+        self.stack = LayerStack(layout.layers, n_slots)
         space = layout.action_space
         if isinstance(space, spaces.Box):
             low = space.low.reshape(-1).astype(np.float32)
@@ -142,26 +232,10 @@ class NumpyMlpPolicy(BatchedPolicy):
             self._action_shape: tuple[int, ...] = (n_slots, *space.shape)
 
     def load(self, slot: int, weights: np.ndarray) -> None:
-        for layer, weight in zip(self.layout.layers, self._weights, strict=True):
-            size = layer.out_features * layer.in_features
-            matrix = weights[layer.weight_offset : layer.weight_offset + size]
-            weight[slot, :, : layer.in_features] = matrix.reshape(layer.out_features, layer.in_features)
-            if layer.bias_offset is not None:
-                weight[slot, :, layer.in_features] = weights[layer.bias_offset : layer.bias_offset + layer.out_features]
+        self.stack.load(weights, slot)
 
     def act(self, observations: Any, slots: list[int]) -> np.ndarray:
-        view = self._observation_view
-        np.copyto(view, observations.reshape(view.shape), casting="same_kind")
-        for weight, column_input, column_output, output, activation, destination in self._plan:
-            np.matmul(weight, column_input, out=column_output)
-            target = output if destination is None else destination
-            if activation == "relu":
-                np.maximum(output, 0.0, out=target)
-            elif activation == "tanh":
-                np.tanh(output, out=target)
-            elif destination is not None:
-                np.copyto(destination, output)
-        last = self._outputs[-1]
+        last = self.stack.forward(observations.reshape(self.n_slots, -1))
         if self.layout.output == "argmax":
             return np.argmax(last, axis=1)
         if self.layout.output == "clip":
@@ -276,34 +350,67 @@ def _direct_action_modules(policy: BasePolicy) -> list[nn.Module] | None:
     return [features_extractor, *module_sequence(action_net)]
 
 
-#: Random probes of a recognised layout against ``policy.predict``: how many observations, and the tolerance.
-PROBE_OBSERVATIONS = 4
+def _reproduces_predict(policy: BasePolicy, layout: MlpLayout) -> bool:
+    """Whether the numpy kernel of ``layout`` gives ``policy.predict``'s actions on a :class:`KernelProbe`."""
+    probe = KernelProbe.of(policy)
+    kernel = NumpyMlpPolicy(layout, len(probe.observations))
+    for slot in range(kernel.n_slots):
+        kernel.load(slot, probe.weights)
+    actions = kernel.act(probe.observations, list(range(kernel.n_slots)))
+    with th.no_grad():
+        expected, _ = probe.policy.predict(probe.observations, deterministic=True)
+    return probe.matches(actions, expected, exact=isinstance(layout.action_space, spaces.Discrete))
+
+
+#: Random probes of a numpy kernel against the torch policy: how many observations, their spread, and the tolerance.
+PROBE_OBSERVATIONS = 8
+PROBE_OBSERVATION_STD = 3.0
 PROBE_TOLERANCE = 1e-4
 
 
-def _reproduces_predict(policy: BasePolicy, layout: MlpLayout) -> bool:
+@dataclass(frozen=True)
+class KernelProbe:
     """
-    Whether the numpy kernel gives ``policy.predict``'s actions on random weights and observations: recognising a
-    layout by its modules says nothing of what ``forward`` does with them, so a policy that does more (or something
-    else) takes the torch path.
+    Random weights and observations on which a numpy kernel must give what the torch policy gives: recognising a
+    policy's shape by its modules says nothing of what its ``forward`` does with them, so a policy that does more
+    (or something else) keeps the torch path. Build it with :meth:`of`.
+
+    :param policy: A copy of the policy on the CPU, in eval mode, holding :attr:`weights`.
+    :param weights: Random flat float32 weights.
+    :param observations: ``PROBE_OBSERVATIONS`` random float32 observations.
     """
-    rng = np.random.default_rng(0)
-    probe = copy.deepcopy(policy).to("cpu")
-    probe.set_training_mode(False)
-    n_params = sum(parameter.numel() for parameter in probe.parameters())
-    weights = rng.normal(0.0, 0.5, n_params).astype(np.float32)
-    shape = (PROBE_OBSERVATIONS, *(policy.observation_space.shape or ()))
-    observations = rng.normal(0.0, 3.0, shape).astype(np.float32)
-    kernel = NumpyMlpPolicy(layout, PROBE_OBSERVATIONS)
-    for slot in range(PROBE_OBSERVATIONS):
-        kernel.load(slot, weights)
-    actions = kernel.act(observations, list(range(PROBE_OBSERVATIONS)))
-    probe.load_from_vector(weights)
-    with th.no_grad():
-        expected, _ = probe.predict(observations, deterministic=True)
-    if isinstance(layout.action_space, spaces.Discrete):
-        return bool(np.array_equal(actions, expected))
-    return bool(np.allclose(actions, expected, rtol=PROBE_TOLERANCE, atol=PROBE_TOLERANCE))
+
+    policy: BasePolicy
+    weights: np.ndarray
+    observations: np.ndarray
+
+    @classmethod
+    def of(cls, policy: BasePolicy) -> KernelProbe:
+        """
+        :param policy: The policy a kernel stands for (not modified).
+        :return: The probe, the same for every call (a fixed seed).
+        """
+        rng = np.random.default_rng(0)
+        probe = copy.deepcopy(policy).to("cpu")
+        probe.set_training_mode(False)
+        weights = rng.normal(0.0, 0.5, sum(parameter.numel() for parameter in probe.parameters())).astype(np.float32)
+        probe.load_from_vector(weights)
+        shape = (PROBE_OBSERVATIONS, *(policy.observation_space.shape or ()))
+        observations = rng.normal(0.0, PROBE_OBSERVATION_STD, shape).astype(np.float32)
+        return cls(probe, weights, observations)
+
+    @staticmethod
+    def matches(actual: np.ndarray, expected: np.ndarray | th.Tensor, *, exact: bool = False) -> bool:
+        """
+        :param actual: What the kernel computed on the probe.
+        :param expected: What the torch policy computed.
+        :param exact: Equal values needed (discrete actions), not values within ``PROBE_TOLERANCE``.
+        :return: Whether they agree.
+        """
+        reference = expected.numpy() if isinstance(expected, th.Tensor) else np.asarray(expected)
+        if exact:
+            return bool(np.array_equal(actual, reference))
+        return bool(np.allclose(actual, reference, rtol=PROBE_TOLERANCE, atol=PROBE_TOLERANCE))
 
 
 def module_sequence(module: nn.Module) -> list[nn.Module]:
