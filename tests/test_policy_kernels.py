@@ -12,7 +12,7 @@ from stable_baselines3.sac.policies import SACPolicy
 from stable_baselines3.td3.policies import TD3Policy
 from torch import nn
 
-from lit_sb3.evaluation.policy_kernels import NumpyMlpPolicy, TorchPolicyCopies, make_batched_policy
+from lit_sb3.evaluation.policy_kernels import LayerStack, NumpyMlpPolicy, TorchPolicyCopies, make_batched_policy
 
 OBSERVATION_SPACE = spaces.Box(-10.0, 10.0, shape=(5,), dtype=np.float32)
 BOX = spaces.Box(np.array([-2.0, -1.0, 0.0], np.float32), np.array([2.0, 3.0, 0.5], np.float32))
@@ -163,3 +163,22 @@ def test_layouts_are_recognised_by_their_modules_and_checked_against_predict() -
     )
     flipped = DirectPolicy(OBSERVATION_SPACE, BOX, sign=-1.0)
     assert isinstance(make_batched_policy(flipped, 2), TorchPolicyCopies)
+
+
+def test_a_layer_stack_with_shared_weights_computes_what_one_with_weights_per_row_does() -> None:
+    rng = np.random.default_rng(3)
+    policy = POLICIES["actor-critic-box"]()
+    kernel = make_batched_policy(policy, 1)
+    assert isinstance(kernel, NumpyMlpPolicy)
+    layers = kernel.layout.layers
+    weights = flat_weights(policy, rng)
+    inputs = rng.normal(0.0, 2.0, (7, 5)).astype(np.float32)
+    per_row = LayerStack(layers, 7)
+    for row in range(7):
+        per_row.load(weights, row)
+    shared = LayerStack(layers, 2, shared_weights=True)  # grows to the batch
+    shared.load(weights)
+    np.testing.assert_allclose(shared.forward(inputs), per_row.forward(inputs), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(shared.forward(inputs[:3]), per_row.forward(inputs)[:3], rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="8 inputs for a stack of 7 rows of weights"):
+        per_row.forward(np.zeros((8, 5), np.float32))
