@@ -333,11 +333,12 @@ def test_close_is_idempotent_and_every_call_after_it_is_refused(scalar_policy: L
 def test_close_cancels_a_running_round(scalar_policy: LinearPolicy) -> None:
     env_fn = functools.partial(scalar_vec_env, trigger=100.0, on_trigger="sleep")  # candidates that never finish
     ae = AsyncEval([env_fn] * 2, scalar_policy)
+    pids = worker_pids(ae)
     ae.send_jobs(population(4, bad=(0, 1, 2, 3)), 4)
     time.sleep(0.2)
-    started = time.monotonic()
-    ae.close()
-    assert time.monotonic() - started < 10.0  # workers stuck in the env are killed, not waited for forever
+    ae.close()  # workers stuck in the env are killed, not waited for forever
+    assert ae.closed
+    assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE for pid in pids)
 
 
 def test_close_after_an_error(scalar_policy: LinearPolicy) -> None:
