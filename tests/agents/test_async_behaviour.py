@@ -153,8 +153,11 @@ def test_the_buffer_bound_and_the_put_timeout() -> None:
     finally:
         waiting.shutdown()
         dropping.shutdown()
-    assert waited["buffer"]["episodes_dropped"] == 0 and waited["buffer"]["avg_push_wait_seconds"] > 0.01
+    assert waited["buffer"]["episodes_dropped"] == 0
     assert dropped["buffer"]["episodes_dropped"] > 0  # counted, and reported
+    # Without a put timeout the workers' episodes wait for room as long as it takes; with one they wait no longer
+    # than the timeout before they are dropped.
+    assert waited["buffer"]["avg_push_wait_seconds"] > dropped["buffer"]["avg_push_wait_seconds"]
     for report in (waited, dropped):
         assert report["buffer"]["buffered_episodes"] <= 2 and 0 <= report["transport"]["utilization"] <= 1
 
