@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import threading
 from functools import partial
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import sb3_contrib
+import torch as th
 from stable_baselines3 import A2C, DDPG, DQN, PPO, SAC, TD3
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.vec_env import VecNormalize
@@ -26,6 +28,10 @@ def small_kwargs(algorithm: type[BaseAlgorithm]) -> dict:
     return {"learning_starts": 50, "batch_size": 32, "buffer_size": 1000}
 
 
+def policy_weights(model: BaseAlgorithm) -> np.ndarray:
+    return th.nn.utils.parameters_to_vector(model.policy.parameters()).detach().numpy().copy()
+
+
 def test_the_seed_usage_example_runs_as_written() -> None:
     env = IndexableMultiEnv([partial(gym.make, "Pendulum-v1") for _ in range(8)])
     model = get_injected_agent(TD3)(
@@ -36,39 +42,48 @@ def test_the_seed_usage_example_runs_as_written() -> None:
     )
     model.learn(total_timesteps=10)
     model.shutdown()
-    assert model.num_timesteps >= 10
+    # As Stable-Baselines3 counts: two steps of the 8 environments, all in the replay buffer; no train step before
+    # learning_starts; nothing left running.
+    assert model.num_timesteps == 16 == model.replay_buffer.size()
+    assert model.get_profiler_report()["trainer"]["train_calls"] == 0
+    assert [thread for thread in threading.enumerate() if thread.name.startswith("lit-sb3")] == []
 
 
 @pytest.mark.parametrize("use_mp", [False, True], ids=["threads", "processes"])
 @pytest.mark.parametrize("algorithm", CONTINUOUS, ids=lambda cls: cls.__name__)
-def test_every_algorithm_learns_a_little_on_continuous_actions(algorithm: type[BaseAlgorithm], use_mp: bool) -> None:
+def test_every_algorithm_collects_whole_episodes_and_trains_on_continuous_actions(
+    algorithm: type[BaseAlgorithm], use_mp: bool
+) -> None:
     recorder = EpisodeRecorder()
     model = get_injected_agent(algorithm)(
         "MlpPolicy", multi_env("Pendulum-v1", 2), use_mp=use_mp, seed=0, **small_kwargs(algorithm)
     )
+    initial = policy_weights(model)
     try:
         model.learn(400, callback=recorder)
         report = model.get_profiler_report()
     finally:
         model.shutdown()
     assert model.num_timesteps >= 400
-    assert report["trainer"]["train_calls"] > 0
+    assert report["trainer"]["train_calls"] > 0 and not np.array_equal(policy_weights(model), initial)
     assert len(recorder.finals) >= 2 and all(final["episode"]["l"] == 200 for final in recorder.finals)
     assert report["transport"]["backend"] == ("processes" if use_mp else "threads")
 
 
 @pytest.mark.parametrize("use_mp", [False, True], ids=["threads", "processes"])
 @pytest.mark.parametrize("algorithm", DISCRETE, ids=lambda cls: cls.__name__)
-def test_every_algorithm_learns_a_little_on_discrete_actions(algorithm: type[BaseAlgorithm], use_mp: bool) -> None:
+def test_every_algorithm_collects_and_trains_on_discrete_actions(algorithm: type[BaseAlgorithm], use_mp: bool) -> None:
     model = get_injected_agent(algorithm)(
         "MlpPolicy", multi_env("CartPole-v1", 2), use_mp=use_mp, seed=0, **small_kwargs(algorithm)
     )
+    initial = policy_weights(model)
     try:
         model.learn(300)
         report = model.get_profiler_report()
     finally:
         model.shutdown()
     assert model.num_timesteps >= 300 and report["trainer"]["train_calls"] > 0
+    assert not np.array_equal(policy_weights(model), initial)  # trained, not only collected
     assert sum(report["worker"]["episodes"]) > 0
 
 
