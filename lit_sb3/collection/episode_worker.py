@@ -28,7 +28,7 @@ from lit_sb3.workers.shared_array import OpenedArrays
 STEPS_PER_ADVANCE = 32
 
 
-@dataclass
+@dataclass(eq=False)  # a record of one task: the same record, not equal fields
 class EnvironmentRun:
     """
     One environment's task and its episode under way.
