@@ -312,23 +312,15 @@ class _WorkerFactory:
         self.limits_in_flight = limits_in_flight
 
     def __call__(self) -> EpisodeWorker:
-        if self.spec.lockstep_steps is not None:
-            return LockstepEpisodeWorker(
-                self.env_fns,
-                self.policy,
-                self.spec,
-                max_envs=self.max_envs,
-                progress=self.progress,
-                version=self.version,
-            )
-        return EpisodeWorker(
+        worker = EpisodeWorker if self.spec.lockstep_steps is None else LockstepEpisodeWorker
+        return worker(
             self.env_fns,
             self.policy,
             self.spec,
             max_envs=self.max_envs,
             progress=self.progress,
             version=self.version,
-            limits_in_flight=self.limits_in_flight,
+            limits_in_flight=self.limits_in_flight,  # never for lockstep collection (its budget is None)
         )
 
 
