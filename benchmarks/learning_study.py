@@ -1,50 +1,142 @@
 """Learning study: many seeds per configuration, one run per process, every run appended to a JSON-lines log.
 
 Each run trains one (task, configuration, seed) on 2 workers until the task's threshold or its step budget and
-logs its evaluation curve (env steps, training wall time, mean return of 10 deterministic episodes of the centre
-policy, evaluated at round starts and not counted in the wall time), the time spent and the machine's load
-average before and after (the machine is shared: wall times are noisy, steps to threshold are not). A run goes on
-to at least the task's fixed budget, so the return at that budget is known for every seed.
+logs its evaluation curve: env steps, training wall time, mean return of 10 deterministic episodes of the centre
+policy, and training CPU-seconds. The centre is evaluated at round starts (at least ``eval_interval`` env steps
+apart) on the same 10 reset seeds every time; neither its wall time nor its CPU time is counted. A run also logs the
+machine's load average before and after (the machine is shared: wall times are noisy, steps to threshold are not).
+A run goes on to at least the task's fixed budget, so the return at that budget is known for every seed.
+
+Env steps count every step of every candidate's episode (ARS's ``num_timesteps``); centre evaluations are not
+counted. CPU-seconds are those of the run's process tree, read with ``psutil``: the main process plus every process
+below it (worker pools, sb3-contrib's workers, Ray's actors and the Ray services ``ray.init`` starts), each counted
+up to the last time the study saw it alive (at each evaluation); the main process's CPU time during evaluations is
+taken off. Wall and CPU clocks start after the worker pool (or Ray's actors) is up, when training starts.
+
+Tasks and thresholds are the ARS paper's (Mania et al. 2018, table 1); the ARS settings per task are the paper's
+(its table 9, and github:modestyachts/ARS ``code/ars.py`` for the alive-bonus shift).
+
+EvoTorch configurations (``evotorch-*``) run EvoTorch's own ``GymNE`` with 2 Ray actors (``num_actors=2``) and a
+linear policy with bias (``"Linear(obs_length, act_length)"``). They need::
+
+    pip install torch==2.13.0 evotorch==0.6.1   # torch first: a bare torch pulls a CUDA build
+
+EvoTorch's counter ``GymNE.interaction_count`` (``status["total_interaction_count"]``) counts every env step of
+every solution's episode during training evaluations (those that update the observation statistics), summed over
+the actors: the study's env steps. Its centre (``status["center"]``) is evaluated as ours is: the policy
+``problem.to_policy(center)`` (EvoTorch's observation normalisation and action clipping), 10 episodes on the
+study's reset seeds, in the main process, with raw rewards (no alive-bonus decrease). EvoTorch runs are not
+reproducible from their seed (Ray actors seed their environments themselves).
 
 Subcommands::
 
     python benchmarks/learning_study.py run --task halfcheetah --config ars --seed 0 --out runs.jsonl
     python benchmarks/learning_study.py queue jobs.txt --out runs.jsonl   # runs "task config seed [budget]" lines
     python benchmarks/learning_study.py report runs.jsonl                 # the README table (markdown)
+    python benchmarks/learning_study.py figures runs.jsonl figures/       # one learning-curve PNG per task
 
-``queue`` takes the first line of the jobs file, removes it and runs it, until the file is empty, so the queue can
-be edited while it runs. Configurations (``--config``): see ``CONFIGS``.
+``queue`` takes the first line of the jobs file off it and runs it, until the file is empty, so the queue can be
+edited while it runs. The job being run is kept in ``JOBS.running``; a queue started later puts the jobs of a queue
+that was killed back at the head of the jobs file. A run that fails is appended to ``JOBS.failed``.
+Configurations (``--config``): see ``CONFIGS`` and ``EVOTORCH_CONFIGS``.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import fcntl
 import functools
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
 import gymnasium as gym
 import numpy as np
+import psutil
 import sb3_contrib
-from learning import ARS_PAPER_HALFCHEETAH, ARS_PAPER_SWIMMER, RunResult, Task, ThresholdReachedError, ThresholdWatcher
+from learning import ARS_PAPER_HALFCHEETAH, ARS_PAPER_SWIMMER, EVAL_SEED, N_EVAL_EPISODES, Task, ThresholdReachedError
 from sb3_contrib.common.vec_env import AsyncEval as ContribAsyncEval
 from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.running_mean_std import RunningMeanStd
-from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecNormalize
+from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecNormalize, sync_envs_normalization
 
 from lit_sb3 import ARS, CEM, CMAES, ES, AsyncEval
 from lit_sb3.evaluation.obs_rms import subtract_running_mean_std
-from lit_sb3.vec_env import CandidateEval
+from lit_sb3.evaluation.seeding import episode_seed
+from lit_sb3.vec_env import CandidateEval, InProcessEval
 
 N_WORKERS = 2
+CPU_MEASURE = "psutil: main process + every descendant process (user + system)"
+
+# The ARS paper's table 9 (V2-t, observation normalisation); the shift is code/ars.py's "--shift" (alive bonus).
+ARS_PAPER_HOPPER = {"n_delta": 8, "n_top": 4, "learning_rate": 0.01, "delta_std": 0.025, "alive_bonus_offset": -1}
+ARS_PAPER_WALKER2D = {"n_delta": 40, "n_top": 30, "learning_rate": 0.03, "delta_std": 0.025, "alive_bonus_offset": -1}
+ARS_PAPER_ANT = {"n_delta": 60, "n_top": 20, "learning_rate": 0.015, "delta_std": 0.025, "alive_bonus_offset": -1}
+ARS_PAPER_HUMANOID = {
+    "n_delta": 230,
+    "n_top": 230,
+    "learning_rate": 0.02,
+    "delta_std": 0.0075,
+    "alive_bonus_offset": -5,
+}
+
+# rl-baselines3-zoo's hyperparams/ars.yml (github:DLR-RM/rl-baselines3-zoo), its MuJoCo "-v4" entries, applied to
+# the "-v5" tasks: policy LinearPolicy, n_envs 1 and normalize "dict(norm_obs=True, norm_reward=False)" (all but
+# Swimmer) are what the study's environments already are; n_timesteps is rl-zoo's budget (the study's budgets cap
+# it). Walker2d and Ant equal the ARS paper's settings; Humanoid has 256 directions where the paper has 230.
+RL_ZOO_ARS: dict[str, dict[str, Any]] = {
+    "swimmer": {"n_delta": 1, "n_top": 1, "learning_rate": 0.02, "delta_std": 0.01, "alive_bonus_offset": 0},
+    "hopper": {"n_delta": 8, "n_top": 4, "learning_rate": 0.01, "delta_std": 0.025, "alive_bonus_offset": -1},
+    "halfcheetah": {"n_delta": 32, "n_top": 4, "learning_rate": 0.02, "delta_std": 0.03, "alive_bonus_offset": 0},
+    "walker2d": {"n_delta": 40, "n_top": 30, "learning_rate": 0.03, "delta_std": 0.025, "alive_bonus_offset": -1},
+    "ant": {"n_delta": 60, "n_top": 20, "learning_rate": 0.015, "delta_std": 0.025, "alive_bonus_offset": -1},
+    "humanoid": {"n_delta": 256, "n_top": 256, "learning_rate": 0.02, "delta_std": 0.0075, "alive_bonus_offset": -5},
+}
+RL_ZOO_N_TIMESTEPS = {
+    "swimmer": 2_000_000,
+    "hopper": 7_000_000,
+    "halfcheetah": 12_500_000,
+    "walker2d": 75_000_000,
+    "ant": 75_000_000,
+    "humanoid": 250_000_000,
+}
+
+# EvoTorch's PGPE + ClipUp recipes for MuJoCo (github:nnaisense/evotorch): Humanoid from examples/scripts/rl_gym.py
+# (as the README's, with its max_speed 0.015 where the README's text has 0.15), Walker2d from
+# examples/scripts/rl_clipup.py's "walker" configuration (center_learning_rate 0.75 x max_speed, radius_init
+# 15 x max_speed, stdev_learning_rate 0.1, stdev_max_change 0.2, momentum 0.9, observation normalisation, alive
+# bonus removed). The Walker2d recipe, the only other MuJoCo one, is used for every task but Humanoid.
+EVOTORCH_PGPE_WALKER2D: dict[str, Any] = {
+    "popsize": 100,
+    "center_learning_rate": 0.75 * 0.015,
+    "stdev_learning_rate": 0.1,
+    "stdev_max_change": 0.2,
+    "radius_init": 15 * 0.015,
+    "num_interactions": 75_000,
+    "popsize_max": 800,
+    "optimizer": "clipup",
+    "optimizer_config": {"max_speed": 0.015, "momentum": 0.9},
+}
+EVOTORCH_PGPE_HUMANOID: dict[str, Any] = {
+    **EVOTORCH_PGPE_WALKER2D,
+    "popsize": 200,
+    "center_learning_rate": 0.01125,
+    "radius_init": 0.27,
+    "num_interactions": 150_000,
+    "popsize_max": 3200,
+}
 
 
 @dataclass(frozen=True)
@@ -53,16 +145,18 @@ class StudyTask:
     :param task: Threshold, budget, normalisation and evaluation interval.
     :param fixed_budget: Env steps a run goes on to even after reaching the threshold.
     :param ars: The ARS paper's hyper-parameters for the task.
+    :param alive_bonus: The env's reward per step alive (what EvoTorch's ``decrease_rewards_by`` removes).
+    :param evotorch_pgpe: EvoTorch's PGPE recipe for the task.
     :param clip_obs: ``VecNormalize``'s ``clip_obs``.
     """
 
     task: Task
     fixed_budget: int
     ars: dict[str, Any]
+    alive_bonus: float = 0.0
+    evotorch_pgpe: dict[str, Any] = field(default_factory=lambda: EVOTORCH_PGPE_WALKER2D)
     clip_obs: float = 10.0
 
-
-ARS_PAPER_HOPPER = {"n_delta": 8, "n_top": 4, "learning_rate": 0.01, "delta_std": 0.025, "alive_bonus_offset": -1}
 
 TASKS = {
     "halfcheetah": StudyTask(
@@ -79,6 +173,26 @@ TASKS = {
         Task("hopper", "Hopper-v5", 3120.0, 3_000_000, normalize=True, eval_interval=30_000),
         1_000_000,
         ARS_PAPER_HOPPER,
+        alive_bonus=1.0,
+    ),
+    "walker2d": StudyTask(
+        Task("walker2d", "Walker2d-v5", 4390.0, 30_000_000, normalize=True, eval_interval=100_000),
+        5_000_000,
+        ARS_PAPER_WALKER2D,
+        alive_bonus=1.0,
+    ),
+    "ant": StudyTask(
+        Task("ant", "Ant-v5", 3580.0, 30_000_000, normalize=True, eval_interval=100_000),
+        5_000_000,
+        ARS_PAPER_ANT,
+        alive_bonus=1.0,
+    ),
+    "humanoid": StudyTask(
+        Task("humanoid", "Humanoid-v5", 6000.0, 100_000_000, normalize=True, eval_interval=500_000),
+        10_000_000,
+        ARS_PAPER_HUMANOID,
+        alive_bonus=5.0,
+        evotorch_pgpe=EVOTORCH_PGPE_HUMANOID,
     ),
 }
 
@@ -153,6 +267,10 @@ def contrib(task: StudyTask, env: VecEnv, seed: int) -> BaseAlgorithm:
     return sb3_contrib.ARS("LinearPolicy", env, seed=seed, **task.ars)
 
 
+def contrib_zoo(task: StudyTask, env: VecEnv, seed: int) -> BaseAlgorithm:
+    return sb3_contrib.ARS("LinearPolicy", env, seed=seed, **RL_ZOO_ARS[task.task.name])
+
+
 def cmaes(task: StudyTask, env: VecEnv, seed: int) -> BaseAlgorithm:
     return CMAES("LinearPolicy", env, seed=seed, zero_policy=True, sigma0=0.1, pop_size=32)
 
@@ -169,6 +287,7 @@ CONFIGS: dict[str, Config] = {
     "ars": Config(ours()),
     "contrib-ars-lit": Config(contrib),
     "contrib-ars-own": Config(contrib, async_eval="sb3-contrib"),
+    "contrib-ars-zoo": Config(contrib_zoo),
     "ars-contrib-merge": Config(contrib_merge),
     "ars-sample-std": Config(ours(return_std_ddof=1)),
     "ars-no-clip": Config(ours(), clip_obs=1e6),
@@ -181,6 +300,46 @@ CONFIGS: dict[str, Config] = {
 }
 
 
+@dataclass(frozen=True)
+class EvoTorchConfig:
+    """
+    :param make_searcher: Builds the searcher from the task, the ``GymNE`` problem and the initial centre.
+    :param observation_normalization: ``GymNE``'s ``observation_normalization`` (None: the task's).
+    :param remove_alive_bonus: Whether ``GymNE`` decreases every reward by the task's alive bonus.
+    """
+
+    make_searcher: Callable[[StudyTask, Any, Any], Any]
+    observation_normalization: bool | None = None
+    remove_alive_bonus: bool = False
+
+
+def evotorch_pgpe(task: StudyTask, problem: Any, zeros: Any) -> Any:
+    from evotorch.algorithms import PGPE
+
+    return PGPE(problem, **task.evotorch_pgpe)
+
+
+def evotorch_cmaes(task: StudyTask, problem: Any, zeros: Any) -> Any:
+    """CMA-ES from zero as our ``cmaes`` configuration (``sigma0=0.1, pop_size=32``)."""
+    from evotorch import algorithms
+
+    return algorithms.CMAES(problem, stdev_init=0.1, popsize=32, center_init=zeros)
+
+
+def evotorch_snes(task: StudyTask, problem: Any, zeros: Any) -> Any:
+    """SNES from zero, ``stdev_init=0.1``, EvoTorch's default population size and learning rates."""
+    from evotorch import algorithms
+
+    return algorithms.SNES(problem, stdev_init=0.1, center_init=zeros)
+
+
+EVOTORCH_CONFIGS: dict[str, EvoTorchConfig] = {
+    "evotorch-pgpe": EvoTorchConfig(evotorch_pgpe, observation_normalization=True, remove_alive_bonus=True),
+    "evotorch-cmaes": EvoTorchConfig(evotorch_cmaes),
+    "evotorch-snes": EvoTorchConfig(evotorch_snes),
+}
+
+
 def uptime_load() -> float:
     """:return: The 1-minute load average."""
     return os.getloadavg()[0]
@@ -188,50 +347,179 @@ def uptime_load() -> float:
 
 @dataclass
 class Record:
-    """One run, as logged."""
+    """
+    One run, as logged. ``curve`` points are (env steps, wall time, return, CPU-seconds); records written before
+    CPU time was measured have (env steps, wall time, return) points and no CPU fields.
+    """
 
     task: str
     config: str
     seed: int
     budget: int
-    curve: list[tuple[int, float, float]] = field(default_factory=list)
+    curve: list[tuple[int, float, float, float]] = field(default_factory=list)
     steps_to_threshold: int | None = None
     time_to_threshold: float | None = None
+    cpu_to_threshold: float | None = None
+    cpu_measure: str = CPU_MEASURE
     load_before: float = 0.0
     load_after: float = 0.0
     started: str = ""
     seconds: float = 0.0
 
 
-class StudyWatcher(ThresholdWatcher):
-    """Goes on past the threshold until the fixed budget; records the first crossing."""
+class ProcessTreeCpu:
+    """
+    CPU-seconds (user + system) of this process and its descendants, each as last seen alive: a thread looks every
+    ``interval`` seconds, so a process that ends (a pool closed by ``learn()``) loses at most that much.
+
+    :param interval: Seconds between two looks.
+    """
+
+    def __init__(self, interval: float = 1.0) -> None:
+        self._process = psutil.Process()
+        self._descendants: dict[tuple[int, float], float] = {}
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._watch, args=(interval,), daemon=True)
+        self._thread.start()
+
+    def _watch(self, interval: float) -> None:
+        while not self._stopped.wait(interval):
+            self.seconds()
+
+    def seconds(self) -> float:
+        with self._lock:
+            for child in self._process.children(recursive=True):
+                try:
+                    with child.oneshot():
+                        times = child.cpu_times()
+                        self._descendants[child.pid, child.create_time()] = times.user + times.system
+                except psutil.NoSuchProcess:
+                    pass
+            own = self._process.cpu_times()
+            return own.user + own.system + sum(self._descendants.values())
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join()
+
+
+class StudyCurve:
+    """
+    One run's evaluation curve, clocks that leave evaluations out, and the first crossing of the threshold.
+
+    :param study_task: The task.
+    """
+
+    def __init__(self, study_task: StudyTask) -> None:
+        self.study_task = study_task
+        self.curve: list[tuple[int, float, float, float]] = []
+        self.at_threshold: tuple[int, float, float] | None = None  # env steps, wall time, CPU-seconds
+        self._cpu = ProcessTreeCpu()
+        self._started_at = self._cpu_at_start = 0.0
+        self._eval_time = self._eval_cpu = 0.0
+        self._last_steps: int | None = None
+
+    def start(self) -> None:
+        self._started_at, self._cpu_at_start = time.perf_counter(), self._cpu.seconds()
+
+    def due(self, steps: int) -> bool:
+        """:return: Whether an evaluation is due at ``steps`` env steps."""
+        return self._last_steps is None or steps - self._last_steps >= self.study_task.task.eval_interval
+
+    def add(self, steps: int, evaluate: Callable[[], float]) -> bool:
+        """
+        Evaluate the centre now (its time not counted).
+
+        :param steps: Env steps so far.
+        :param evaluate: Returns the centre's mean return.
+        :return: Whether the run is done: threshold reached and fixed budget spent.
+        """
+        wall = time.perf_counter() - self._started_at - self._eval_time
+        cpu = self._cpu.seconds() - self._cpu_at_start - self._eval_cpu
+        began, cpu_began = time.perf_counter(), time.process_time()
+        mean_return = evaluate()
+        self._eval_time += time.perf_counter() - began
+        self._eval_cpu += time.process_time() - cpu_began
+        self._last_steps = steps
+        self.curve.append((steps, wall, mean_return, cpu))
+        if self.at_threshold is None and mean_return >= self.study_task.task.threshold:
+            self.at_threshold = steps, wall, cpu
+        return self.at_threshold is not None and steps >= self.study_task.fixed_budget
+
+    def fill(self, record: Record) -> None:
+        self._cpu.stop()
+        record.curve = self.curve
+        if self.at_threshold is not None:
+            record.steps_to_threshold, record.time_to_threshold, record.cpu_to_threshold = self.at_threshold
+
+
+class StudyWatcher(BaseCallback):
+    """
+    Evaluates the centre policy at round starts in a separate environment normalised with the training statistics;
+    stops training once the threshold is reached and the fixed budget spent.
+    """
 
     def __init__(self, study_task: StudyTask, eval_env: VecEnv) -> None:
-        super().__init__(study_task.task, eval_env)
-        self.fixed_budget = study_task.fixed_budget
+        super().__init__()
+        self.eval_env = eval_env
+        self.study_curve = StudyCurve(study_task)
+        self._evaluator: InProcessEval | None = None
+
+    def _on_training_start(self) -> None:
+        self._evaluator = InProcessEval(self.eval_env, self.model.policy, N_EVAL_EPISODES)
+        self.study_curve.start()
+
+    def _on_rollout_start(self) -> None:
+        if self.study_curve.due(self.num_timesteps):
+            self.evaluate()
+
+    def _on_step(self) -> bool:
+        return True
 
     def evaluate(self) -> None:
-        first = self.result.steps_to_threshold, self.result.time_to_threshold
-        try:
-            super().evaluate()
-        except ThresholdReachedError:
-            if first[0] is not None:  # keep the first crossing
-                self.result.steps_to_threshold, self.result.time_to_threshold = first
-        if self.result.steps_to_threshold is not None and self.num_timesteps >= self.fixed_budget:
+        """Evaluate the centre; raise :class:`ThresholdReachedError` when the run is done."""
+        if self.study_curve.add(self.num_timesteps, self._centre_return):
             raise ThresholdReachedError
+
+    def _centre_return(self) -> float:
+        assert self._evaluator is not None
+        training_env = self.model.get_env()
+        assert training_env is not None
+        sync_envs_normalization(training_env, self.eval_env)
+        self._evaluator.seed(EVAL_SEED)
+        self._evaluator.send_jobs(self.model.policy.parameters_to_vector()[None], 1)
+        ((_, (episode_returns, _)),) = self._evaluator.get_results()
+        return float(np.mean(episode_returns))
+
+
+def with_budget(study_task: StudyTask, budget: int | None) -> StudyTask:
+    """:return: The task with another step budget (None: unchanged)."""
+    if budget is None:
+        return study_task
+    return dataclasses.replace(study_task, task=dataclasses.replace(study_task.task, budget=budget))
 
 
 def run(task_name: str, config_name: str, seed: int, budget: int | None) -> Record:
     """Train one seed on 2 workers until the threshold (and the fixed budget) or the budget."""
-    study_task, config = TASKS[task_name], CONFIGS[config_name]
+    study_task = with_budget(TASKS[task_name], budget)
     task = study_task.task
-    if budget is not None:
-        task = Task(task.name, task.env_id, task.threshold, budget, task.normalize, task.eval_interval)
-        study_task = StudyTask(task, study_task.fixed_budget, study_task.ars, study_task.clip_obs)
-    clip_obs = study_task.clip_obs if config.clip_obs is None else config.clip_obs
     record = Record(task_name, config_name, seed, task.budget, started=time.strftime("%H:%M:%S"))
     record.load_before = uptime_load()
     began = time.perf_counter()
+    if config_name in EVOTORCH_CONFIGS:
+        run_evotorch(study_task, EVOTORCH_CONFIGS[config_name], seed).fill(record)
+    else:
+        run_sb3(study_task, CONFIGS[config_name], seed).fill(record)
+    record.load_after = uptime_load()
+    record.seconds = time.perf_counter() - began
+    return record
+
+
+def run_sb3(study_task: StudyTask, config: Config, seed: int) -> StudyCurve:
+    """Train a Stable-Baselines3 population algorithm with ``learn(async_eval=...)``."""
+    task = study_task.task
+    clip_obs = study_task.clip_obs if config.clip_obs is None else config.clip_obs
     model = config.make_model(study_task, make_env(task.env_id, task.normalize, clip_obs), seed)
     watcher = StudyWatcher(study_task, make_env(task.env_id, task.normalize, clip_obs, training=False))
     env_fns: list[Callable[[], VecEnv]] = [
@@ -245,12 +533,65 @@ def run(task_name: str, config_name: str, seed: int, budget: int | None) -> Reco
         pass
     finally:
         async_eval.close()
-    result: RunResult = watcher.result
-    record.curve = result.curve
-    record.steps_to_threshold, record.time_to_threshold = result.steps_to_threshold, result.time_to_threshold
-    record.load_after = uptime_load()
-    record.seconds = time.perf_counter() - began
-    return record
+    return watcher.study_curve
+
+
+def run_evotorch(study_task: StudyTask, config: EvoTorchConfig, seed: int) -> StudyCurve:
+    """Train with EvoTorch's ``GymNE`` on 2 Ray actors, one ``searcher.step()`` a round."""
+    import ray
+    import torch
+    from evotorch.neuroevolution import GymNE
+
+    task = study_task.task
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    torch.set_num_threads(1)
+    ray.init(address="local")  # a cluster of this run's own (EvoTorch would join one started by `ray start`)
+    normalize = task.normalize if config.observation_normalization is None else config.observation_normalization
+    problem = GymNE(
+        env=task.env_id,
+        network="Linear(obs_length, act_length)",
+        observation_normalization=normalize,
+        decrease_rewards_by=study_task.alive_bonus if config.remove_alive_bonus else None,
+        num_actors=N_WORKERS,
+    )
+    searcher = config.make_searcher(study_task, problem, torch.zeros(problem.solution_length))
+    eval_env = gym.make(task.env_id)
+
+    def centre_return() -> float:
+        policy = problem.to_policy(searcher.status["center"])
+        returns = []
+        with torch.no_grad():
+            for episode in range(N_EVAL_EPISODES):
+                observation, _ = eval_env.reset(seed=episode_seed(EVAL_SEED, 0, 0, episode))
+                episode_return, done = 0.0, False
+                while not done:
+                    action = policy(torch.as_tensor(observation, dtype=torch.float32)).numpy()
+                    observation, reward, terminated, truncated, _ = eval_env.step(action)
+                    episode_return += float(reward)
+                    done = terminated or truncated
+                returns.append(episode_return)
+        return float(np.mean(returns))
+
+    study_curve = StudyCurve(study_task)
+    problem._parallelize()  # actors up before the clocks start, as the worker pools of the other runs are
+    ray.get([actor.get.remote("solution_length") for actor in problem._actors])
+    try:
+        study_curve.start()
+        while True:
+            steps = problem.interaction_count
+            finished = steps >= task.budget
+            if (finished or study_curve.due(steps)) and study_curve.add(steps, centre_return):
+                break
+            if finished:
+                break
+            searcher.step()
+    finally:
+        problem.kill_actors()
+        ray.shutdown()
+        eval_env.close()
+    return study_curve
 
 
 def throughput(task_name: str, config_name: str, steps: int) -> dict[str, Any]:
@@ -282,24 +623,75 @@ def throughput(task_name: str, config_name: str, steps: int) -> dict[str, Any]:
     }
 
 
+@contextmanager
+def locked(path: str) -> Iterator[IO[str]]:
+    """:return: The file opened for update (created if missing) under an exclusive lock."""
+    with open(path, "a+") as file:
+        fcntl.flock(file, fcntl.LOCK_EX)
+        file.seek(0)
+        yield file
+
+
+def job_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.strip() and not line.startswith("#")]
+
+
+def rewrite(file: IO[str], lines: list[str]) -> None:
+    file.seek(0)
+    file.truncate()
+    file.write("".join(f"{line}\n" for line in lines))
+
+
+def take_job(jobs_file: str, running_file: str) -> list[str] | None:
+    """Move the first job of the jobs file to the running file (with this process's id); None when none is left."""
+    with locked(jobs_file) as file:  # several queues may share the file
+        lines = job_lines(file.read())
+        if not lines:
+            return None
+        rewrite(file, lines[1:])
+    with locked(running_file) as running:
+        running.write(f"{os.getpid()} {lines[0]}\n")
+    return lines[0].split()
+
+
+def finish_job(running_file: str, job: list[str]) -> None:
+    with locked(running_file) as running:
+        lines = running.read().splitlines()
+        lines.remove(f"{os.getpid()} {' '.join(job)}")
+        rewrite(running, lines)
+
+
+def requeue_interrupted(jobs_file: str, running_file: str) -> None:
+    """Put the jobs of queues that are no longer alive back at the head of the jobs file."""
+    with locked(running_file) as running:
+        lines = running.read().splitlines()
+        alive = [line for line in lines if psutil.pid_exists(int(line.split()[0]))]
+        interrupted = [line.split(maxsplit=1)[1] for line in lines if line not in alive]
+        rewrite(running, alive)
+    if interrupted:
+        with locked(jobs_file) as file:
+            rest = file.read().splitlines()
+            rewrite(file, interrupted + rest)
+        print(time.strftime("%H:%M:%S"), "requeued", interrupted, flush=True)
+
+
 def queue(jobs_file: str, out: str) -> None:
     """Run the jobs file's lines one at a time (each in a fresh process), taking each off the file first."""
-    while True:
-        with open(jobs_file, "r+") as file:
-            fcntl.flock(file, fcntl.LOCK_EX)  # several queues may share the file
-            lines = [line for line in file.read().splitlines() if line.strip() and not line.startswith("#")]
-            if not lines:
-                return
-            job, rest = lines[0].split(), lines[1:]
-            file.seek(0)
-            file.truncate()
-            file.write("".join(f"{line}\n" for line in rest))
+    running_file, failed_file = f"{jobs_file}.running", f"{jobs_file}.failed"
+    requeue_interrupted(jobs_file, running_file)
+    while (job := take_job(jobs_file, running_file)) is not None:
         task, config, seed = job[:3]
         command = [sys.executable, __file__, "run", "--task", task, "--config", config, "--seed", seed, "--out", out]
         if len(job) > 3:
             command += ["--budget", job[3]]
         print(time.strftime("%H:%M:%S"), " ".join(job), flush=True)
-        subprocess.run(command, check=False)
+        returncode = subprocess.run(command, check=False).returncode
+        if returncode != 0:
+            print(time.strftime("%H:%M:%S"), f"exit code {returncode}:", " ".join(job), flush=True)
+            with locked(failed_file) as failed:
+                failed.read()
+                failed.write(f"{' '.join(job)}  # exit code {returncode} at {time.strftime('%Y-%m-%d %H:%M')}\n")
+        finish_job(running_file, job)
 
 
 def percentiles(values: list[float]) -> tuple[float, float, float]:
@@ -338,6 +730,7 @@ LABELS = {
     "ars": "lit_sb3 ARS",
     "contrib-ars-lit": "sb3-contrib ARS + lit_sb3 AsyncEval",
     "contrib-ars-own": "sb3-contrib ARS + its AsyncEval",
+    "contrib-ars-zoo": "sb3-contrib ARS, rl-zoo's ars.yml, + lit_sb3 AsyncEval",
     "ars-contrib-merge": "lit_sb3 ARS, sb3-contrib's merge",
     "ars-inertia-3": "lit_sb3 ARS, merged statistics weigh 3x",
     "ars-update-every-3": "lit_sb3 ARS, normalization_update_interval=3",
@@ -347,7 +740,24 @@ LABELS = {
     "cmaes": "lit_sb3 CMAES",
     "es": "lit_sb3 ES",
     "cem": "lit_sb3 CEM",
+    "evotorch-pgpe": "EvoTorch 0.6.1 PGPE + ClipUp (its MuJoCo recipe), GymNE 2 actors",
+    "evotorch-cmaes": "EvoTorch 0.6.1 CMA-ES, GymNE 2 actors",
+    "evotorch-snes": "EvoTorch 0.6.1 SNES, GymNE 2 actors",
 }
+
+
+def read_records(runs_file: str) -> list[dict[str, Any]]:
+    with open(runs_file) as file:
+        return [json.loads(line) for line in file if line.strip()]
+
+
+def group_records(records: list[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """:return: The records by (task, configuration), in the order of ``TASKS`` and ``LABELS``."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for record in records:
+        groups.setdefault((record["task"], record["config"]), []).append(record)
+    tasks, configs = list(TASKS), list(LABELS)
+    return dict(sorted(groups.items(), key=lambda item: (tasks.index(item[0][0]), configs.index(item[0][1]))))
 
 
 def report(runs_file: str, throughput_file: str | None) -> None:
@@ -355,42 +765,37 @@ def report(runs_file: str, throughput_file: str | None) -> None:
     Print the markdown table of every (task, configuration) in the log. With measured throughputs, the last column
     is the median of each seed's steps to threshold divided by its configuration's training steps per second.
     """
-    with open(runs_file) as file:
-        records = [json.loads(line) for line in file if line.strip()]
+    records = read_records(runs_file)
     rates: dict[tuple[str, str], float] = {}
     if throughput_file is not None:
-        with open(throughput_file) as file:
-            for line in file:
-                if line.strip():
-                    measured = json.loads(line)
-                    rates[measured["task"], measured["config"]] = measured["steps_per_second"]
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for record in records:
-        groups.setdefault((record["task"], record["config"]), []).append(record)
+        for measured in read_records(throughput_file):
+            rates[measured["task"], measured["config"]] = measured["steps_per_second"]
     print(
         "| task | configuration | seeds | reached (budget) | env steps to threshold: median (IQR) "
-        "| wall time to threshold in the study: median (IQR) | return at fixed budget (median) "
-        "| train steps/s alone | wall time to threshold at that rate |"
+        "| wall time to threshold in the study: median (IQR) | CPU-seconds to threshold: median (IQR) "
+        "| return at fixed budget (median) | train steps/s alone | wall time to threshold at that rate |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
-    order = list(LABELS)
-    for (task_name, config_name), group in sorted(
-        groups.items(), key=lambda item: (item[0][0], order.index(item[0][1]))
-    ):
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for (task_name, config_name), group in group_records(records).items():
         fixed = TASKS[task_name].fixed_budget
         steps = [np.inf if r["steps_to_threshold"] is None else r["steps_to_threshold"] for r in group]
         times = [np.inf if r["time_to_threshold"] is None else r["time_to_threshold"] for r in group]
+        measured_cpu = [r for r in group if "cpu_to_threshold" in r]
+        cpu = [np.inf if r["cpu_to_threshold"] is None else r["cpu_to_threshold"] for r in measured_cpu]
         fixed_returns = [value for r in group if (value := return_at(r["curve"], fixed)) is not None]
         reached = sum(r["steps_to_threshold"] is not None for r in group)
         budget = max(r["budget"] for r in group)
         fixed_text = f"{statistics.median(fixed_returns):.0f} at {fixed / 1e6:g}M" if fixed_returns else ""
+        cpu_text = format_quartiles(cpu, "{:.0f} s")
+        if cpu and len(measured_cpu) < len(group):
+            cpu_text += f" ({len(measured_cpu)} seeds measured)"
         rate = rates.get((task_name, config_name))
         rate_text = "" if rate is None else f"{rate:,.0f}"
         derived = "" if rate is None else format_quartiles([value / rate for value in steps], "{:.0f} s")
         print(
             f"| {task_name} | {LABELS[config_name]} | {len(group)} | {reached}/{len(group)} ({budget / 1e6:g}M) "
-            f"| {format_quartiles(steps, '{:,.0f}')} | {format_quartiles(times, '{:.0f} s')} | {fixed_text} "
-            f"| {rate_text} | {derived} |"
+            f"| {format_quartiles(steps, '{:,.0f}')} | {format_quartiles(times, '{:.0f} s')} | {cpu_text} "
+            f"| {fixed_text} | {rate_text} | {derived} |"
         )
     loads = [value for r in records for value in (r["load_before"], r["load_after"])]
     print(
@@ -398,12 +803,66 @@ def report(runs_file: str, throughput_file: str | None) -> None:
     )
 
 
+def seeds_on_grid(group: list[dict[str, Any]], grid: np.ndarray) -> np.ndarray:
+    """
+    :return: Each seed's return at each grid point (its last evaluation at or before it), NaN past the seed's
+        last evaluation; one row per seed.
+    """
+    returns = np.full((len(group), len(grid)), np.nan)
+    for row, record in enumerate(group):
+        steps = np.array([point[0] for point in record["curve"]], dtype=np.float64)
+        values = np.array([point[2] for point in record["curve"]], dtype=np.float64)
+        index = np.searchsorted(steps, grid, side="right") - 1
+        inside = (index >= 0) & (grid <= steps[-1])
+        returns[row, inside] = values[index[inside]]
+    return returns
+
+
+def figures(runs_file: str, folder: str) -> None:
+    """
+    Write one learning-curve figure per task (``TASK.png``): per configuration, the median return over the seeds
+    still running at each env step (line), their interquartile range (dark band) and their range (light band).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    by_task: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for (task_name, config_name), group in group_records(read_records(runs_file)).items():
+        by_task.setdefault(task_name, {})[config_name] = group
+    for task_name, configs in by_task.items():
+        task = TASKS[task_name].task
+        figure, axes = plt.subplots(figsize=(8, 5))
+        largest = max(record["curve"][-1][0] for group in configs.values() for record in group)
+        grid = np.linspace(0, largest, 400)
+        for config_name, group in configs.items():
+            returns = seeds_on_grid(group, grid)
+            present = np.isfinite(returns).any(axis=0)
+            with np.errstate(all="ignore"):
+                low, q25, median, q75, high = np.nanpercentile(returns[:, present], [0, 25, 50, 75, 100], axis=0)
+            (line,) = axes.plot(grid[present], median, label=f"{LABELS[config_name]} ({len(group)} seeds)")
+            axes.fill_between(grid[present], q25, q75, color=line.get_color(), alpha=0.3, linewidth=0)
+            axes.fill_between(grid[present], low, high, color=line.get_color(), alpha=0.1, linewidth=0)
+        axes.axhline(task.threshold, color="black", linestyle="--", linewidth=1, label=f"threshold {task.threshold:g}")
+        axes.set_xlabel("env steps")
+        axes.set_ylabel(f"mean return of the centre, {N_EVAL_EPISODES} episodes")
+        axes.set_title(f"{task.env_id}: median over seeds, IQR and range")
+        axes.legend(fontsize="small")
+        axes.grid(alpha=0.3)
+        figure.tight_layout()
+        figure.savefig(Path(folder) / f"{task_name}.png", dpi=120)
+        plt.close(figure)
+        print(Path(folder) / f"{task_name}.png")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     commands = parser.add_subparsers(dest="command", required=True)
     run_parser = commands.add_parser("run")
     run_parser.add_argument("--task", choices=list(TASKS), required=True)
-    run_parser.add_argument("--config", choices=list(CONFIGS), required=True)
+    run_parser.add_argument("--config", choices=[*CONFIGS, *EVOTORCH_CONFIGS], required=True)
     run_parser.add_argument("--seed", type=int, required=True)
     run_parser.add_argument("--budget", type=int, help="env steps at most (default: the task's)")
     run_parser.add_argument("--out", required=True, help="JSON-lines log the run is appended to")
@@ -418,14 +877,18 @@ def main() -> None:
     report_parser = commands.add_parser("report")
     report_parser.add_argument("runs")
     report_parser.add_argument("--throughput", help="JSON-lines log of throughput runs")
+    figures_parser = commands.add_parser("figures")
+    figures_parser.add_argument("runs")
+    figures_parser.add_argument("folder", help="where the PNGs are written (created if missing)")
     args = parser.parse_args()
     if args.command == "run":
         record = run(args.task, args.config, args.seed, args.budget)
         with open(args.out, "a") as file:
-            file.write(json.dumps(record.__dict__) + "\n")
+            file.write(json.dumps(dataclasses.asdict(record)) + "\n")
         print(
             f"{record.task} {record.config} seed {record.seed}: threshold at {record.steps_to_threshold} steps, "
-            f"{record.time_to_threshold} s; final {record.curve[-1]}; load {record.load_before}-{record.load_after}",
+            f"{record.time_to_threshold} s, {record.cpu_to_threshold} CPU-s; final {record.curve[-1]}; "
+            f"load {record.load_before}-{record.load_after}",
             flush=True,
         )
     elif args.command == "throughput":
@@ -435,6 +898,8 @@ def main() -> None:
         print(measured, flush=True)
     elif args.command == "queue":
         queue(args.jobs, args.out)
+    elif args.command == "figures":
+        figures(args.runs, args.folder)
     else:
         report(args.runs, args.throughput)
 
