@@ -37,7 +37,11 @@ Subcommands::
 
 ``queue`` takes the first line of the jobs file off it and runs it, until the file is empty, so the queue can be
 edited while it runs. The job being run is kept in ``JOBS.running``; a queue started later puts the jobs of a queue
-that was killed back at the head of the jobs file. A run that fails is appended to ``JOBS.failed``.
+that was killed back at the head of the jobs file. A run that fails is appended to ``JOBS.failed``. A run of one
+of our algorithms saves a checkpoint (model, ``VecNormalize`` statistics, curve and clocks) between two rounds
+every ``CHECKPOINT_INTERVAL`` seconds, in ``OUT.checkpoints/``, and a run that finds its checkpoint goes on from it
+(its record counts the ``resumes``): a run may span sessions that end their processes. EvoTorch and sb3-contrib
+runs start again from zero.
 Configurations (``--config``): see ``CONFIGS`` and ``EVOTORCH_CONFIGS``.
 """
 
@@ -50,6 +54,7 @@ import functools
 import json
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -248,11 +253,14 @@ class Config:
     :param make_model: Builds the model from the task, the training env and the seed.
     :param async_eval: ``"lit_sb3"`` or ``"sb3-contrib"``: what evaluates the candidates, on 2 workers.
     :param clip_obs: ``VecNormalize``'s ``clip_obs`` (None: the task's).
+    :param resumable: Whether a run saves checkpoints and goes on from them. sb3-contrib's ARS does not: loaded
+        with its ``VecNormalize`` statistics it learned from a negative variance (NaN observations) here.
     """
 
     make_model: Callable[[StudyTask, VecEnv, int], BaseAlgorithm]
     async_eval: str = "lit_sb3"
     clip_obs: float | None = None
+    resumable: bool = True
 
 
 def ours(**changes: Any) -> Callable[[StudyTask, VecEnv, int], BaseAlgorithm]:
@@ -285,9 +293,9 @@ def cem(task: StudyTask, env: VecEnv, seed: int) -> BaseAlgorithm:
 
 CONFIGS: dict[str, Config] = {
     "ars": Config(ours()),
-    "contrib-ars-lit": Config(contrib),
-    "contrib-ars-own": Config(contrib, async_eval="sb3-contrib"),
-    "contrib-ars-zoo": Config(contrib_zoo),
+    "contrib-ars-lit": Config(contrib, resumable=False),
+    "contrib-ars-own": Config(contrib, async_eval="sb3-contrib", resumable=False),
+    "contrib-ars-zoo": Config(contrib_zoo, resumable=False),
     "ars-contrib-merge": Config(contrib_merge),
     "ars-sample-std": Config(ours(return_std_ddof=1)),
     "ars-no-clip": Config(ours(), clip_obs=1e6),
@@ -361,6 +369,7 @@ class Record:
     time_to_threshold: float | None = None
     cpu_to_threshold: float | None = None
     cpu_measure: str = CPU_MEASURE
+    resumes: int = 0
     load_before: float = 0.0
     load_after: float = 0.0
     started: str = ""
@@ -419,9 +428,49 @@ class StudyCurve:
         self._started_at = self._cpu_at_start = 0.0
         self._eval_time = self._eval_cpu = 0.0
         self._last_steps: int | None = None
+        self._elapsed_before = (0.0, 0.0)  # wall time and CPU-seconds of the sessions before a resume
+        self.resumes = 0  # how many times the run went on from a checkpoint
 
     def start(self) -> None:
-        self._started_at, self._cpu_at_start = time.perf_counter(), self._cpu.seconds()
+        wall_before, cpu_before = self._elapsed_before
+        self._started_at = time.perf_counter() - wall_before
+        self._cpu_at_start = self._cpu.seconds() - cpu_before
+
+    def elapsed(self) -> tuple[float, float]:
+        """:return: Training wall time and CPU-seconds so far."""
+        wall = time.perf_counter() - self._started_at - self._eval_time
+        return wall, self._cpu.seconds() - self._cpu_at_start - self._eval_cpu
+
+    @contextmanager
+    def excluded(self) -> Iterator[None]:
+        """Leave the wall time and the main process's CPU time of the block out of the clocks."""
+        began, cpu_began = time.perf_counter(), time.process_time()
+        try:
+            yield
+        finally:
+            self._eval_time += time.perf_counter() - began
+            self._eval_cpu += time.process_time() - cpu_began
+
+    def state(self) -> dict[str, Any]:
+        """:return: What :meth:`restore` needs to go on after a checkpoint (JSON-serialisable)."""
+        return {
+            "curve": self.curve,
+            "at_threshold": self.at_threshold,
+            "elapsed": self.elapsed(),
+            "last_steps": self._last_steps,
+            "resumes": self.resumes,
+        }
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Go on from :meth:`state` (call before :meth:`start`)."""
+        self.curve = [(int(steps), wall, value, cpu) for steps, wall, value, cpu in state["curve"]]
+        if state["at_threshold"] is not None:
+            steps, wall, cpu = state["at_threshold"]
+            self.at_threshold = int(steps), wall, cpu
+        wall_before, cpu_before = state["elapsed"]
+        self._elapsed_before = wall_before, cpu_before
+        self._last_steps = state["last_steps"]
+        self.resumes = state["resumes"] + 1
 
     def due(self, steps: int) -> bool:
         """:return: Whether an evaluation is due at ``steps`` env steps."""
@@ -435,12 +484,9 @@ class StudyCurve:
         :param evaluate: Returns the centre's mean return.
         :return: Whether the run is done: threshold reached and fixed budget spent.
         """
-        wall = time.perf_counter() - self._started_at - self._eval_time
-        cpu = self._cpu.seconds() - self._cpu_at_start - self._eval_cpu
-        began, cpu_began = time.perf_counter(), time.process_time()
-        mean_return = evaluate()
-        self._eval_time += time.perf_counter() - began
-        self._eval_cpu += time.process_time() - cpu_began
+        wall, cpu = self.elapsed()
+        with self.excluded():
+            mean_return = evaluate()
         self._last_steps = steps
         self.curve.append((steps, wall, mean_return, cpu))
         if self.at_threshold is None and mean_return >= self.study_task.task.threshold:
@@ -449,7 +495,7 @@ class StudyCurve:
 
     def fill(self, record: Record) -> None:
         self._cpu.stop()
-        record.curve = self.curve
+        record.curve, record.resumes = self.curve, self.resumes
         if self.at_threshold is not None:
             record.steps_to_threshold, record.time_to_threshold, record.cpu_to_threshold = self.at_threshold
 
@@ -460,11 +506,13 @@ class StudyWatcher(BaseCallback):
     stops training once the threshold is reached and the fixed budget spent.
     """
 
-    def __init__(self, study_task: StudyTask, eval_env: VecEnv) -> None:
+    def __init__(self, study_task: StudyTask, eval_env: VecEnv, checkpoint: Checkpoint | None) -> None:
         super().__init__()
         self.eval_env = eval_env
         self.study_curve = StudyCurve(study_task)
+        self.checkpoint = checkpoint
         self._evaluator: InProcessEval | None = None
+        self._last_checkpoint = time.perf_counter()
 
     def _on_training_start(self) -> None:
         self._evaluator = InProcessEval(self.eval_env, self.model.policy, N_EVAL_EPISODES)
@@ -473,6 +521,10 @@ class StudyWatcher(BaseCallback):
     def _on_rollout_start(self) -> None:
         if self.study_curve.due(self.num_timesteps):
             self.evaluate()
+        if self.checkpoint is not None and time.perf_counter() - self._last_checkpoint >= CHECKPOINT_INTERVAL:
+            with self.study_curve.excluded():
+                self.checkpoint.save(self.model, self.study_curve.state())
+            self._last_checkpoint = time.perf_counter()
 
     def _on_step(self) -> bool:
         return True
@@ -493,6 +545,46 @@ class StudyWatcher(BaseCallback):
         return float(np.mean(episode_returns))
 
 
+CHECKPOINT_INTERVAL = 600.0  # seconds
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """
+    Where a run of a Stable-Baselines3 configuration saves itself between two rounds (model, ``VecNormalize``
+    statistics, curve and clocks), so that a run killed with its session goes on from there in the next one.
+
+    :param folder: The run's checkpoint folder.
+    """
+
+    folder: Path
+
+    @property
+    def state_file(self) -> Path:
+        return self.folder / "state.json"
+
+    def save(self, model: BaseAlgorithm, curve_state: dict[str, Any]) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        model.save(self.folder / "model-new.zip")
+        os.replace(self.folder / "model-new.zip", self.folder / "model.zip")
+        vec_normalize = model.get_vec_normalize_env()
+        if vec_normalize is not None:
+            vec_normalize.save(str(self.folder / "vec_normalize-new.pkl"))
+            os.replace(self.folder / "vec_normalize-new.pkl", self.folder / "vec_normalize.pkl")
+        (self.folder / "state-new.json").write_text(json.dumps(curve_state))
+        os.replace(self.folder / "state-new.json", self.state_file)
+
+    def load(self, model: BaseAlgorithm, env: VecEnv) -> tuple[BaseAlgorithm, dict[str, Any]]:
+        """:return: The model (of ``model``'s class) and the curve state saved last."""
+        if isinstance(env, VecNormalize):
+            env = VecNormalize.load(str(self.folder / "vec_normalize.pkl"), env.venv)
+        loaded = type(model).load(self.folder / "model.zip", env=env)
+        return loaded, json.loads(self.state_file.read_text())
+
+    def remove(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
 def with_budget(study_task: StudyTask, budget: int | None) -> StudyTask:
     """:return: The task with another step budget (None: unchanged)."""
     if budget is None:
@@ -500,8 +592,13 @@ def with_budget(study_task: StudyTask, budget: int | None) -> StudyTask:
     return dataclasses.replace(study_task, task=dataclasses.replace(study_task.task, budget=budget))
 
 
-def run(task_name: str, config_name: str, seed: int, budget: int | None) -> Record:
-    """Train one seed on 2 workers until the threshold (and the fixed budget) or the budget."""
+def run(task_name: str, config_name: str, seed: int, budget: int | None, checkpoints: Path | None = None) -> Record:
+    """
+    Train one seed on 2 workers until the threshold (and the fixed budget) or the budget.
+
+    :param checkpoints: Folder of the runs' checkpoints: a Stable-Baselines3 configuration saves itself there every
+        ``CHECKPOINT_INTERVAL`` seconds and goes on from its checkpoint if it finds one (None: no checkpoints).
+    """
     study_task = with_budget(TASKS[task_name], budget)
     task = study_task.task
     record = Record(task_name, config_name, seed, task.budget, started=time.strftime("%H:%M:%S"))
@@ -510,24 +607,32 @@ def run(task_name: str, config_name: str, seed: int, budget: int | None) -> Reco
     if config_name in EVOTORCH_CONFIGS:
         run_evotorch(study_task, EVOTORCH_CONFIGS[config_name], seed).fill(record)
     else:
-        run_sb3(study_task, CONFIGS[config_name], seed).fill(record)
+        config = CONFIGS[config_name]
+        folder = None if checkpoints is None else checkpoints / f"{task_name}-{config_name}-{seed}-{task.budget}"
+        checkpoint = Checkpoint(folder) if folder is not None and config.resumable else None
+        run_sb3(study_task, config, seed, checkpoint).fill(record)
     record.load_after = uptime_load()
     record.seconds = time.perf_counter() - began
     return record
 
 
-def run_sb3(study_task: StudyTask, config: Config, seed: int) -> StudyCurve:
-    """Train a Stable-Baselines3 population algorithm with ``learn(async_eval=...)``."""
+def run_sb3(study_task: StudyTask, config: Config, seed: int, checkpoint: Checkpoint | None) -> StudyCurve:
+    """Train a Stable-Baselines3 population algorithm with ``learn(async_eval=...)`` (from its checkpoint if any)."""
     task = study_task.task
     clip_obs = study_task.clip_obs if config.clip_obs is None else config.clip_obs
-    model = config.make_model(study_task, make_env(task.env_id, task.normalize, clip_obs), seed)
-    watcher = StudyWatcher(study_task, make_env(task.env_id, task.normalize, clip_obs, training=False))
+    env = make_env(task.env_id, task.normalize, clip_obs)
+    model = config.make_model(study_task, env, seed)
+    watcher = StudyWatcher(study_task, make_env(task.env_id, task.normalize, clip_obs, training=False), checkpoint)
+    if checkpoint is not None and checkpoint.state_file.exists():
+        model, state = checkpoint.load(model, env)
+        watcher.study_curve.restore(state)
     env_fns: list[Callable[[], VecEnv]] = [
         functools.partial(make_env, task.env_id, task.normalize, clip_obs)
     ] * N_WORKERS
     async_eval: Any = (AsyncEval if config.async_eval == "lit_sb3" else ContribAsyncEval)(env_fns, model.policy)
     try:
-        model.learn(task.budget, callback=watcher, async_eval=async_eval)  # type: ignore[call-arg]
+        remaining = task.budget - model.num_timesteps
+        model.learn(remaining, callback=watcher, reset_num_timesteps=False, async_eval=async_eval)  # type: ignore[call-arg]
         watcher.evaluate()
     except ThresholdReachedError:
         pass
@@ -866,6 +971,9 @@ def main() -> None:
     run_parser.add_argument("--seed", type=int, required=True)
     run_parser.add_argument("--budget", type=int, help="env steps at most (default: the task's)")
     run_parser.add_argument("--out", required=True, help="JSON-lines log the run is appended to")
+    run_parser.add_argument(
+        "--checkpoints", help="folder of checkpoints of runs that go on after a kill (default: OUT.checkpoints)"
+    )
     queue_parser = commands.add_parser("queue")
     queue_parser.add_argument("jobs")
     queue_parser.add_argument("--out", required=True)
@@ -882,9 +990,11 @@ def main() -> None:
     figures_parser.add_argument("folder", help="where the PNGs are written (created if missing)")
     args = parser.parse_args()
     if args.command == "run":
-        record = run(args.task, args.config, args.seed, args.budget)
+        checkpoints = Path(args.checkpoints or f"{args.out}.checkpoints")
+        record = run(args.task, args.config, args.seed, args.budget, checkpoints)
         with open(args.out, "a") as file:
             file.write(json.dumps(dataclasses.asdict(record)) + "\n")
+        shutil.rmtree(checkpoints / f"{args.task}-{args.config}-{args.seed}-{record.budget}", ignore_errors=True)
         print(
             f"{record.task} {record.config} seed {record.seed}: threshold at {record.steps_to_threshold} steps, "
             f"{record.time_to_threshold} s, {record.cpu_to_threshold} CPU-s; final {record.curve[-1]}; "
