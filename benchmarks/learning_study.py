@@ -253,8 +253,9 @@ class Config:
     :param make_model: Builds the model from the task, the training env and the seed.
     :param async_eval: ``"lit_sb3"`` or ``"sb3-contrib"``: what evaluates the candidates, on 2 workers.
     :param clip_obs: ``VecNormalize``'s ``clip_obs`` (None: the task's).
-    :param resumable: Whether a run saves checkpoints and goes on from them. sb3-contrib's ARS does not: loaded
-        with its ``VecNormalize`` statistics it learned from a negative variance (NaN observations) here.
+    :param resumable: Whether a run saves checkpoints and goes on from them. sb3-contrib's ARS cannot: its merge
+        takes the count it last synced to the workers (``old_count``, saved with the model) off what the workers
+        return, and a new pool's workers never got those statistics, so the merged variance goes negative.
     """
 
     make_model: Callable[[StudyTask, VecEnv, int], BaseAlgorithm]
