@@ -371,6 +371,7 @@ class Record:
     cpu_to_threshold: float | None = None
     cpu_measure: str = CPU_MEASURE
     resumes: int = 0
+    commit: str = ""
     load_before: float = 0.0
     load_after: float = 0.0
     started: str = ""
@@ -586,6 +587,17 @@ class Checkpoint:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
+def source_commit() -> str:
+    """:return: The git commit of the code the run uses (``+changes`` if the work tree differs from it)."""
+
+    def git(*arguments: str) -> str:
+        folder = Path(__file__).resolve().parent
+        return subprocess.run(["git", *arguments], check=True, cwd=folder, capture_output=True, text=True).stdout
+
+    commit = git("rev-parse", "HEAD").strip()
+    return f"{commit}+changes" if git("status", "--porcelain", "--untracked-files=no").strip() else commit
+
+
 def with_budget(study_task: StudyTask, budget: int | None) -> StudyTask:
     """:return: The task with another step budget (None: unchanged)."""
     if budget is None:
@@ -602,7 +614,9 @@ def run(task_name: str, config_name: str, seed: int, budget: int | None, checkpo
     """
     study_task = with_budget(TASKS[task_name], budget)
     task = study_task.task
-    record = Record(task_name, config_name, seed, task.budget, started=time.strftime("%H:%M:%S"))
+    record = Record(
+        task_name, config_name, seed, task.budget, commit=source_commit(), started=time.strftime("%H:%M:%S")
+    )
     record.load_before = uptime_load()
     began = time.perf_counter()
     if config_name in EVOTORCH_CONFIGS:
