@@ -77,7 +77,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.running_mean_std import RunningMeanStd
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecNormalize, sync_envs_normalization
 
-from lit_sb3 import ARS, CEM, CMAES, ES, AsyncEval
+from lit_sb3 import ARS, CEM, CMAES, ES, PGPE, SNES, XNES, AsyncEval
 from lit_sb3.evaluation.obs_rms import subtract_running_mean_std
 from lit_sb3.evaluation.seeding import episode_seed
 from lit_sb3.vec_env import CandidateEval, InProcessEval
@@ -253,6 +253,7 @@ class Config:
     :param make_model: Builds the model from the task, the training env and the seed.
     :param async_eval: ``"lit_sb3"`` or ``"sb3-contrib"``: what evaluates the candidates, on 2 workers.
     :param clip_obs: ``VecNormalize``'s ``clip_obs`` (None: the task's).
+    :param normalize: Whether observations are normalised (``VecNormalize``; None: as the task says).
     :param resumable: Whether a run saves checkpoints and goes on from them. sb3-contrib's ARS cannot: its merge
         takes the count it last synced to the workers (``old_count``, saved with the model) off what the workers
         return, and a new pool's workers never got those statistics, so the merged variance goes negative.
@@ -261,6 +262,7 @@ class Config:
     make_model: Callable[[StudyTask, VecEnv, int], BaseAlgorithm]
     async_eval: str = "lit_sb3"
     clip_obs: float | None = None
+    normalize: bool | None = None
     resumable: bool = True
 
 
@@ -278,6 +280,28 @@ def contrib(task: StudyTask, env: VecEnv, seed: int) -> BaseAlgorithm:
 
 def contrib_zoo(task: StudyTask, env: VecEnv, seed: int) -> BaseAlgorithm:
     return sb3_contrib.ARS("LinearPolicy", env, seed=seed, **RL_ZOO_ARS[task.task.name])
+
+
+def pgpe(task: StudyTask, env: VecEnv, seed: int) -> BaseAlgorithm:
+    """PGPE + ClipUp at EvoTorch's recipe (``evotorch-pgpe``), on the same linear policy with bias."""
+    return PGPE(
+        "LinearPolicy",
+        env,
+        seed=seed,
+        alive_bonus_offset=-task.alive_bonus,
+        policy_kwargs={"with_bias": True},
+        **task.evotorch_pgpe,
+    )
+
+
+def snes(task: StudyTask, env: VecEnv, seed: int) -> BaseAlgorithm:
+    """SNES from zero, ``stdev_init=0.1``, the paper's population size and learning rates (as ``evotorch-snes``)."""
+    return SNES("LinearPolicy", env, seed=seed, stdev_init=0.1)
+
+
+def xnes(task: StudyTask, env: VecEnv, seed: int) -> BaseAlgorithm:
+    """XNES from zero, ``stdev_init=0.1``, the paper's population size and learning rates."""
+    return XNES("LinearPolicy", env, seed=seed, stdev_init=0.1)
 
 
 def cmaes(task: StudyTask, env: VecEnv, seed: int) -> BaseAlgorithm:
@@ -306,6 +330,9 @@ CONFIGS: dict[str, Config] = {
     "cmaes": Config(cmaes),
     "es": Config(es),
     "cem": Config(cem),
+    "pgpe": Config(pgpe, normalize=True),
+    "snes": Config(snes),
+    "xnes": Config(xnes),
 }
 
 
@@ -635,15 +662,14 @@ def run_sb3(study_task: StudyTask, config: Config, seed: int, checkpoint: Checkp
     """Train a Stable-Baselines3 population algorithm with ``learn(async_eval=...)`` (from its checkpoint if any)."""
     task = study_task.task
     clip_obs = study_task.clip_obs if config.clip_obs is None else config.clip_obs
-    env = make_env(task.env_id, task.normalize, clip_obs)
+    normalize = task.normalize if config.normalize is None else config.normalize
+    env = make_env(task.env_id, normalize, clip_obs)
     model = config.make_model(study_task, env, seed)
-    watcher = StudyWatcher(study_task, make_env(task.env_id, task.normalize, clip_obs, training=False), checkpoint)
+    watcher = StudyWatcher(study_task, make_env(task.env_id, normalize, clip_obs, training=False), checkpoint)
     if checkpoint is not None and checkpoint.state_file.exists():
         model, state = checkpoint.load(model, env)
         watcher.study_curve.restore(state)
-    env_fns: list[Callable[[], VecEnv]] = [
-        functools.partial(make_env, task.env_id, task.normalize, clip_obs)
-    ] * N_WORKERS
+    env_fns: list[Callable[[], VecEnv]] = [functools.partial(make_env, task.env_id, normalize, clip_obs)] * N_WORKERS
     async_eval: Any = (AsyncEval if config.async_eval == "lit_sb3" else ContribAsyncEval)(env_fns, model.policy)
     try:
         remaining = task.budget - model.num_timesteps
@@ -719,10 +745,9 @@ def throughput(task_name: str, config_name: str, steps: int) -> dict[str, Any]:
     study_task, config = TASKS[task_name], CONFIGS[config_name]
     task = study_task.task
     clip_obs = study_task.clip_obs if config.clip_obs is None else config.clip_obs
-    model = config.make_model(study_task, make_env(task.env_id, task.normalize, clip_obs), 0)
-    env_fns: list[Callable[[], VecEnv]] = [
-        functools.partial(make_env, task.env_id, task.normalize, clip_obs)
-    ] * N_WORKERS
+    normalize = task.normalize if config.normalize is None else config.normalize
+    model = config.make_model(study_task, make_env(task.env_id, normalize, clip_obs), 0)
+    env_fns: list[Callable[[], VecEnv]] = [functools.partial(make_env, task.env_id, normalize, clip_obs)] * N_WORKERS
     async_eval: Any = (AsyncEval if config.async_eval == "lit_sb3" else ContribAsyncEval)(env_fns, model.policy)
     load_before = uptime_load()
     try:
@@ -860,6 +885,9 @@ LABELS = {
     "cmaes": "lit_sb3 CMAES",
     "es": "lit_sb3 ES",
     "cem": "lit_sb3 CEM",
+    "pgpe": "lit_sb3 PGPE + ClipUp (EvoTorch's MuJoCo recipe)",
+    "snes": "lit_sb3 SNES",
+    "xnes": "lit_sb3 XNES",
     "evotorch-pgpe": "EvoTorch 0.6.1 PGPE + ClipUp (its MuJoCo recipe), GymNE 2 actors",
     "evotorch-cmaes": "EvoTorch 0.6.1 CMA-ES, GymNE 2 actors",
     "evotorch-snes": "EvoTorch 0.6.1 SNES, GymNE 2 actors",
