@@ -96,11 +96,12 @@ class PGPE(PopulationAlgorithm):
     The names are EvoTorch's and pgpelib's: ``popsize``, ``center_learning_rate``, ``stdev_learning_rate``,
     ``stdev_init`` or ``radius_init``, ``stdev_max_change``, ``optimizer``, ``optimizer_config``,
     ``num_interactions``, ``popsize_max``; ``ranking`` is EvoTorch's ``ranking_method`` (True and False, pgpelib's
-    ``solution_ranking``, mean ``"centered"`` and ``"raw"``). EvoTorch's documented Humanoid recipe, for example::
+    ``solution_ranking``, mean ``"centered"`` and ``"raw"``). EvoTorch's Humanoid recipe (its script
+    ``examples/scripts/rl_gym.py``), for example::
 
         PGPE("LinearPolicy", VecNormalize(make_vec_env("Humanoid-v5"), norm_reward=False), popsize=200,
-             num_interactions=150_000, popsize_max=3200, center_learning_rate=0.0075, stdev_learning_rate=0.1,
-             radius_init=0.27, max_speed=0.15, alive_bonus_offset=-5.0)
+             num_interactions=150_000, popsize_max=3200, center_learning_rate=0.01125, stdev_learning_rate=0.1,
+             radius_init=0.27, max_speed=0.015, alive_bonus_offset=-5.0)
 
     With ``num_interactions``, a round keeps sampling batches of ``popsize`` candidates until they have taken that
     many env steps in total (or number ``popsize_max``): where episodes end early, the gradient is still estimated
