@@ -89,18 +89,21 @@ class AsyncRLEngine(BaseEngine):
                     self._rollout_step()
 
     def update_dataset(self) -> None:
-        """Update dataset from buffer to train policy: prepares one train step's data after each train step."""
+        """
+        Update dataset from buffer to train policy: prepares one train step's data when the coordinator starts and
+        after each train step.
+        """
         clock, coordinator = self._clock("dataset"), self.coordinator
+        asked = False  # whether the train thread waits for a dataset not yet prepared
         while coordinator.is_running():
             with clock.idle():
-                ready = self._wait_for_data(WAIT_SLICE)
-            if not ready:
-                continue
-            with clock.busy():
-                self._dataset = self._prepare_dataset()
-            coordinator.notify_dataset_ready()
-            with clock.idle():
-                coordinator.wait_for_update_dataset()
+                asked = asked or coordinator.wait_for_update_dataset().by_event
+                ready = asked and self._wait_for_data(WAIT_SLICE)
+            if ready:
+                with clock.busy():
+                    self._dataset = self._prepare_dataset()
+                asked = False
+                coordinator.notify_dataset_ready()
 
     def train(self) -> None:
         """

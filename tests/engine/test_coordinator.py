@@ -18,6 +18,8 @@ NOTIFIER = {
     "wait_for_sync_weights": "notify_train_step_done",
     "wait_for_weights_updated": "notify_weight_update_step_done",
 }
+#: The waits start() opens (RLightning's: the first dataset update, the first train step's weight wait).
+OPENED_BY_START = {"wait_for_update_dataset", "wait_for_weights_updated"}
 
 
 def started() -> AsyncCoordinator:
@@ -30,7 +32,13 @@ def started() -> AsyncCoordinator:
 def test_every_wait_returns_promptly_after_stop_and_says_so(wait: str) -> None:
     coordinator = started()
     results: list[Wakeup] = []
-    thread = threading.Thread(target=lambda: results.append(getattr(coordinator, wait)()))
+
+    def wait_past_the_opening() -> None:
+        if wait in OPENED_BY_START:
+            getattr(coordinator, wait)()
+        results.append(getattr(coordinator, wait)())
+
+    thread = threading.Thread(target=wait_past_the_opening)
     thread.start()
     time.sleep(0.1)
     assert thread.is_alive()  # no timeout, no signal: it waits
@@ -47,6 +55,8 @@ def test_every_wait_returns_promptly_after_stop_and_says_so(wait: str) -> None:
 @pytest.mark.parametrize("wait", WAITS)
 def test_every_wait_is_woken_by_its_signal_and_times_out_without_it(wait: str) -> None:
     coordinator = started()
+    if wait in OPENED_BY_START:
+        assert getattr(coordinator, wait)(timeout=0) == Wakeup(WakeReason.EVENT, 1)
     started_at = time.monotonic()
     assert getattr(coordinator, wait)(timeout=0.05) == Wakeup(WakeReason.TIMEOUT, 0)
     assert time.monotonic() - started_at >= 0.05
@@ -56,12 +66,48 @@ def test_every_wait_is_woken_by_its_signal_and_times_out_without_it(wait: str) -
     assert not getattr(coordinator, wait)(timeout=0).by_event  # and counted once
 
 
-def test_a_wait_before_start_returns_stopped() -> None:
-    assert AsyncCoordinator().wait_for_dataset_ready().reason is WakeReason.STOPPED
+def test_it_runs_from_construction_to_stop_and_again_after_a_new_start() -> None:
+    """RLightning's loops begin ``while coordinator.is_running()`` before the train thread calls start()."""
+    coordinator = AsyncCoordinator()
+    assert coordinator.is_running()
+    coordinator.start()
+    assert coordinator.is_running()
+    coordinator.stop()
+    assert not coordinator.is_running()
+    coordinator.start()
+    assert coordinator.is_running()
+
+
+@pytest.mark.parametrize("wait", WAITS)
+def test_before_start_a_wait_waits_and_start_opens_the_first_dataset_update_and_weight_wait(wait: str) -> None:
+    coordinator = AsyncCoordinator()
+    assert getattr(coordinator, wait)(timeout=0.01) == Wakeup(WakeReason.TIMEOUT, 0)
+    results: list[Wakeup] = []
+    thread = threading.Thread(target=lambda: results.append(getattr(coordinator, wait)(timeout=0.2)))
+    thread.start()  # waits before start(), as RLightning's dataset loop does
+    coordinator.start()
+    thread.join(5)
+    assert not thread.is_alive()
+    if wait in OPENED_BY_START:
+        assert results == [Wakeup(WakeReason.EVENT, 1)]
+    else:
+        assert results == [Wakeup(WakeReason.TIMEOUT, 0)]
+
+
+@pytest.mark.parametrize("wait", WAITS)
+def test_start_forgets_the_notifications_sent_before_it(wait: str) -> None:
+    coordinator = AsyncCoordinator()
+    coordinator.start()
+    getattr(coordinator, NOTIFIER[wait])()
+    coordinator.stop()
+    coordinator.start()  # a new run: the last run's signals are not carried into it
+    assert getattr(coordinator, wait)(timeout=0).notifications == (1 if wait in OPENED_BY_START else 0)
 
 
 def test_train_step_done_wakes_both_the_dataset_and_the_weight_sync_waits() -> None:
     coordinator = started()
+    for wait in sorted(OPENED_BY_START):
+        assert getattr(coordinator, wait)(timeout=0).by_event
     coordinator.notify_train_step_done()
     assert coordinator.wait_for_update_dataset(timeout=1).by_event
     assert coordinator.wait_for_sync_weights(timeout=1).by_event
@@ -72,7 +118,7 @@ def test_train_step_done_wakes_both_the_dataset_and_the_weight_sync_waits() -> N
 def test_every_waiting_thread_sees_every_notification_of_many_notifying_threads() -> None:
     coordinator = started()
     notifiers, per_notifier, waiters = 8, 500, 6
-    total = notifiers * per_notifier
+    total = notifiers * per_notifier + 1  # and start()'s opening
     seen = [0] * waiters
 
     def wait(index: int) -> None:
@@ -108,10 +154,9 @@ def test_the_engine_cycle_keeps_its_order_under_many_rounds() -> None:
         with lock:
             log.append(event)
 
-    def loop(wait: Callable[[float | None], Wakeup], act: Callable[[], None], event: str, first: bool) -> None:
-        for index in range(rounds):
-            if index or not first:
-                assert wait(10).by_event
+    def loop(wait: Callable[[float | None], Wakeup], act: Callable[[], None], event: str) -> None:
+        for _ in range(rounds):
+            assert wait(10).by_event  # the dataset thread's first: start() opened the weight wait
             record(event)
             act()
 
@@ -124,11 +169,11 @@ def test_the_engine_cycle_keeps_its_order_under_many_rounds() -> None:
     threads = [
         threading.Thread(
             target=loop,
-            args=(coordinator.wait_for_weights_updated, coordinator.notify_dataset_ready, "dataset", True),
+            args=(coordinator.wait_for_weights_updated, coordinator.notify_dataset_ready, "dataset"),
         ),
         threading.Thread(
             target=loop,
-            args=(coordinator.wait_for_dataset_ready, coordinator.notify_train_step_done, "train", False),
+            args=(coordinator.wait_for_dataset_ready, coordinator.notify_train_step_done, "train"),
         ),
         threading.Thread(target=sync),
     ]
