@@ -1,0 +1,125 @@
+"""
+The upstream test files the conformance harness runs, where they come from, and the stated exceptions.
+
+The files are taken from the sdists of the installed Stable-Baselines3 and sb3-contrib (``pip download
+--no-binary :all: --no-deps``), unpacked into a cache folder (``$LIT_SB3_CACHE``, else ``~/.cache/lit_sb3``) on first
+use and never kept in the repository.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import importlib.metadata
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from typing import NamedTuple
+
+
+class Upstream(NamedTuple):
+    """
+    A project whose own tests are run against the injected agents.
+
+    :param distribution: Its name on PyPI.
+    :param test_files: The files of its ``tests/`` folder the harness runs.
+    """
+
+    distribution: str
+    test_files: tuple[str, ...]
+
+
+STABLE_BASELINES3 = Upstream(
+    "stable-baselines3",
+    (
+        "test_run.py",
+        "test_callbacks.py",
+        "test_save_load.py",
+        "test_train_eval_mode.py",
+        "test_dict_env.py",
+        "test_cnn.py",
+        "test_her.py",
+        "test_sde.py",
+    ),
+)
+SB3_CONTRIB = Upstream("sb3-contrib", ("test_run.py",))
+UPSTREAMS = (STABLE_BASELINES3, SB3_CONTRIB)
+
+#: Where the workers of the injected agents run in each mode of the harness.
+MODES = ("threads", "processes")
+
+#: Upstream tests left out, each with the reason (fnmatch patterns over ``<distribution>/<file>::<test id>``).
+EXCEPTIONS: dict[str, str] = {
+    "sb3-contrib/test_run.py::test_ars*": (
+        "ARS is an evolution strategy, not a gradient agent: get_injected_agent does not apply; lit_sb3's AsyncEval "
+        "is its drop-in (tests/test_sb3_contrib_compat.py)"
+    ),
+    "sb3-contrib/test_run.py::test_ep_buffers_stats_window_size*MaskablePPO*": (
+        "MaskablePPO is refused by get_injected_agent: its action masks come from the environment at every step"
+    ),
+}
+
+
+def exception_reason(distribution: str, file_name: str, test_id: str) -> str | None:
+    """:return: Why the upstream test is left out, or None when it runs."""
+    name = f"{distribution}/{file_name}::{test_id}"
+    for pattern, reason in EXCEPTIONS.items():
+        if fnmatch.fnmatchcase(name, pattern):
+            return reason
+    return None
+
+
+def cache_folder() -> pathlib.Path:
+    """:return: The folder the sdists' tests are unpacked into."""
+    root = os.environ.get("LIT_SB3_CACHE")
+    return pathlib.Path(root) if root else pathlib.Path.home() / ".cache" / "lit_sb3"
+
+
+def upstream_root(upstream: Upstream) -> pathlib.Path:
+    """
+    The unpacked sdist of the installed version (its ``tests/`` and its pytest configuration), fetched on first use.
+
+    :param upstream: The project.
+    :return: The folder holding ``tests/`` and ``pyproject.toml``.
+    """
+    version = importlib.metadata.version(upstream.distribution)
+    root = cache_folder() / "conformance" / f"{upstream.distribution}-{version}"
+    if (root / "tests").is_dir():
+        return root
+    root.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=root.parent) as download:
+        command = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--no-binary",
+            ":all:",
+            "--no-deps",
+            "--dest",
+            download,
+            f"{upstream.distribution}=={version}",
+        ]
+        subprocess.run(command, check=True)
+        (archive,) = pathlib.Path(download).glob("*.tar.gz")
+        unpacked = pathlib.Path(download) / "unpacked"
+        with tarfile.open(archive) as sdist:
+            members = [
+                member
+                for member in sdist.getmembers()
+                if member.name.count("/") >= 1
+                and (member.name.split("/", 2)[1] in ("tests", "pyproject.toml", "setup.cfg"))
+            ]
+            sdist.extractall(unpacked, members=members, filter="data")
+        (top,) = unpacked.iterdir()
+        try:
+            top.rename(root)  # atomic: a concurrent run finds the whole folder or none
+        except OSError:
+            if not (root / "tests").is_dir():
+                raise
+            shutil.rmtree(top)
+    return root
