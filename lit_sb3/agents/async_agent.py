@@ -8,7 +8,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 from stable_baselines3.common.base_class import BaseAlgorithm
@@ -17,7 +16,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.noise import ActionNoise
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.policies import ActorCriticPolicy
-from stable_baselines3.common.type_aliases import RolloutReturn, TrainFreq
+from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, RolloutReturn, TrainFreq
 from stable_baselines3.common.utils import should_collect_more_steps
 from stable_baselines3.common.vec_env import VecEnv, VecNormalize
 
@@ -35,7 +34,7 @@ from lit_sb3.collection import (
 )
 from lit_sb3.collection.acting import samples_directly
 from lit_sb3.collection.collector import WORKER_PRELOAD
-from lit_sb3.envs.multi_env import IndexableMultiEnv
+from lit_sb3.collection.envs import EnvFactory, collection_env_fns
 from lit_sb3.workers.choice import BackendChoice
 
 Algorithm = TypeVar("Algorithm", bound=BaseAlgorithm)
@@ -71,11 +70,12 @@ class _AsyncAgent:
     policy: Any
     num_timesteps: int
     seed: Any
+    _last_obs: Any
 
     def __init__(
         self,
         policy: Any,
-        env: IndexableMultiEnv | str,
+        env: GymEnv | str | None,
         *args: Any,
         use_mp: bool = False,
         max_episodes_in_buffer: int = 8,
@@ -90,10 +90,6 @@ class _AsyncAgent:
         worker_resources: Mapping[str, float] | None = None,
         **kwargs: Any,
     ) -> None:
-        if isinstance(env, str):
-            env = IndexableMultiEnv([functools.partial(gym.make, env)])
-        if env is not None:
-            _check_env(env)
         check_positive_int("max_episodes_in_buffer", max_episodes_in_buffer)
         if n_workers is not None:
             check_positive_int("n_workers", n_workers)
@@ -124,6 +120,8 @@ class _AsyncAgent:
         self._train_seconds = 0.0
         self._train_calls = 0
         super().__init__(policy, env, *args, **kwargs)  # type: ignore[call-arg]
+        if self.env is not None:
+            self._collection_env_fns(self.env)  # refuses what the workers cannot step
         if reproducible:
             self._check_reproducible()
         if self.env is not None and self.env.observation_space.__class__ not in (spaces.Box, spaces.Discrete):
@@ -146,16 +144,36 @@ class _AsyncAgent:
                 f"not those of {type(self.policy).__name__}"
             )
 
-    def set_env(self, env: Any, force_reset: bool = True) -> None:
+    def set_env(self, env: GymEnv, force_reset: bool = True) -> None:
         """
         As Stable-Baselines3's ``set_env``; the collection stops, and the next ``learn()`` collects from ``env``.
 
-        :param env: The new environments (an ``IndexableMultiEnv``, or a ``VecNormalize`` around one).
+        :param env: The new environment (any the constructor takes).
         :param force_reset: Reset the environment at the start of the next ``learn()``.
         """
-        _check_env(env)
         super().set_env(env, force_reset)  # type: ignore[misc]
+        assert self.env is not None
+        self._collection_env_fns(self.env)
         self.shutdown()
+
+    def _setup_learn(
+        self,
+        total_timesteps: int,
+        callback: MaybeCallback = None,
+        reset_num_timesteps: bool = True,
+        tb_log_name: str = "run",
+        progress_bar: bool = False,
+    ) -> tuple[int, BaseCallback]:
+        if (reset_num_timesteps or self._last_obs is None) and self._workers.name == "threads":
+            # Stable-Baselines3 resets the environments here, in this thread: not while thread workers step them.
+            self.shutdown()
+        return super()._setup_learn(  # type: ignore[misc]
+            total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar
+        )
+
+    def _collection_env_fns(self, env: VecEnv) -> list[EnvFactory]:
+        """:return: The factory of each environment for the workers (raises on what they cannot step)."""
+        return collection_env_fns(env, in_process=self._workers.name == "threads")
 
     def shutdown(self) -> None:
         """Stop the collection workers and free their resources (the agent can learn again afterwards)."""
@@ -195,16 +213,17 @@ class _AsyncAgent:
 
     def _start_collector(self) -> AsyncCollector:
         """Start the collection (kept across ``learn()`` calls until :meth:`shutdown`)."""
-        env = _multi_env(self.env)
-        assert isinstance(env, IndexableMultiEnv)
-        n_workers = self.n_workers if self.n_workers is not None else self._workers.default_workers(env.num_envs)
+        assert self.env is not None
+        env_fns = self._collection_env_fns(self.env)
+        n_workers = self.n_workers if self.n_workers is not None else self._workers.default_workers(len(env_fns))
         self._plan = plan = CollectionPlan.for_algorithm(
             self,  # type: ignore[arg-type]
             self._base_seed(),
             lockstep=self.reproducible,
         )
         self._collector = AsyncCollector(
-            env,
+            self.env,
+            env_fns,
             self.policy,
             plan.acting,
             plan.progress(self.num_timesteps),
@@ -358,20 +377,6 @@ class _AsyncOffPolicy(_AsyncAgent):
         self._timed_train(super().train, gradient_steps, batch_size)  # type: ignore[misc]
 
 
-def _check_env(env: Any) -> None:
-    """:raises TypeError: if the workers cannot build ``env``'s environments."""
-    if not isinstance(_multi_env(env), IndexableMultiEnv):
-        raise TypeError(
-            "env must be an IndexableMultiEnv, or a VecNormalize around one (its factories are what the workers "
-            f"build), got {type(env).__name__}: use IndexableMultiEnv([partial(gym.make, env_id) for _ in range(n)])"
-        )
-
-
-def _multi_env(env: VecEnv | None) -> VecEnv | None:
-    """:return: The environments under a ``VecNormalize`` (the ones workers build)."""
-    return env.venv if isinstance(env, VecNormalize) else env
-
-
 @functools.cache
 def get_injected_agent(algorithm_class: type[Algorithm]) -> type[Algorithm]:
     """
@@ -385,8 +390,15 @@ def get_injected_agent(algorithm_class: type[Algorithm]) -> type[Algorithm]:
     the weights one version behind, so two runs give identical weights whatever the timing; see
     :mod:`lit_sb3.collection.lockstep`), ``backend="ray"`` with ``use_mp=True`` (one Ray actor per worker, on this
     machine or the cluster of ``ray_address``, each with ``worker_resources``; ``pip install lit_sb3[ray]``). Extra
-    methods: ``get_profiler_report()`` and ``shutdown()``. The environment is an
-    :class:`~lit_sb3.envs.multi_env.IndexableMultiEnv` (or a ``VecNormalize`` around one).
+    methods: ``get_profiler_report()`` and ``shutdown()``.
+
+    The environment is what Stable-Baselines3's ``learn`` accepts: an env id, a ``gym.Env``, a ``DummyVecEnv``
+    (``make_vec_env``'s output) or an :class:`~lit_sb3.envs.multi_env.IndexableMultiEnv`, optionally inside
+    ``VecMonitor``, ``VecTransposeImage``, ``VecFrameStack`` and, outermost, ``VecNormalize``. Thread workers step
+    its environment objects themselves (nothing is pickled; ``get_env().env_method`` and ``set_attr`` reach them);
+    worker processes step copies (an ``IndexableMultiEnv``'s factories are called in each worker). ``SubprocVecEnv``,
+    an environment process workers cannot copy and wrappers the workers cannot reproduce are refused at
+    construction, saying what to pass instead.
 
     :param algorithm_class: An on-policy (PPO, A2C, TRPO...) or off-policy (SAC, TD3, DDPG, DQN, TQC, QR-DQN...)
         algorithm class.
@@ -394,5 +406,7 @@ def get_injected_agent(algorithm_class: type[Algorithm]) -> type[Algorithm]:
     """
     check_supported(algorithm_class)
     injection: type = _AsyncOnPolicy if issubclass(algorithm_class, OnPolicyAlgorithm) else _AsyncOffPolicy
-    name = f"Async{algorithm_class.__name__}"
-    return type(name, (injection, algorithm_class), {"__module__": __name__, "__doc__": algorithm_class.__doc__})
+    # The algorithm's own name: Stable-Baselines3's messages and logs name the class (``self.__class__.__name__``).
+    name = algorithm_class.__name__
+    attributes = {"__module__": __name__, "__qualname__": name, "__doc__": algorithm_class.__doc__}
+    return type(name, (injection, algorithm_class), attributes)

@@ -7,23 +7,23 @@ import dataclasses
 import math
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
 from stable_baselines3.common.policies import BasePolicy
-from stable_baselines3.common.vec_env import VecNormalize
+from stable_baselines3.common.vec_env import VecEnv, VecNormalize
 
 from lit_sb3.collection.assembler import EpisodeAssembler
 from lit_sb3.collection.budget import InFlightBudget
+from lit_sb3.collection.envs import EnvFactory
 from lit_sb3.collection.episode_worker import EpisodeWorker
 from lit_sb3.collection.episodes import ActingSpec, EpisodePacket, Progress
 from lit_sb3.collection.lockstep import LockstepEpisodeWorker
 from lit_sb3.collection.rollout import Rollout, RolloutSpec
 from lit_sb3.collection.statistics import NormalizationStatistics
 from lit_sb3.collection.weights import WeightBoard
-from lit_sb3.envs.multi_env import IndexableMultiEnv
 from lit_sb3.workers.choice import BackendChoice
 from lit_sb3.workers.pool import WorkerPool
 from lit_sb3.workers.stream import Stream, StreamItem
@@ -40,7 +40,9 @@ class AsyncCollector:
     per environment, bounded by ``max_episodes_in_buffer`` across workers, and publishes the trainer's weights to
     them. An :class:`~lit_sb3.collection.assembler.EpisodeAssembler` turns the stream into what the trainer takes.
 
-    :param env: The agent's environments.
+    :param env: The agent's environments (their spaces).
+    :param env_fns: The factory of each of them for the workers (see
+        :func:`~lit_sb3.collection.envs.collection_env_fns`).
     :param policy: A policy of the trainer's class and arguments (copied to the workers, whose weights it gives
         until the first publication).
     :param spec: How workers act.
@@ -67,7 +69,8 @@ class AsyncCollector:
 
     def __init__(
         self,
-        env: IndexableMultiEnv,
+        env: VecEnv,
+        env_fns: Sequence[EnvFactory],
         policy: BasePolicy,
         spec: ActingSpec,
         progress: Progress,
@@ -89,7 +92,7 @@ class AsyncCollector:
         self.lockstep = spec.lockstep_steps is not None
         if self.statistics is not None:  # every step of every episode acts on normalised observations
             progress = dataclasses.replace(progress, obs_rms=self.statistics.observation_statistics())
-        n_envs = env.num_envs
+        n_envs = len(env_fns)
         self.budget = (
             None
             if self.lockstep
@@ -101,7 +104,7 @@ class AsyncCollector:
         max_envs = math.ceil(n_envs / n_workers)
         factories: list[Callable[[], EpisodeWorker]] = [
             _WorkerFactory(
-                env.env_fns,
+                list(env_fns),
                 worker_policy,
                 spec,
                 max_envs=max_envs,

@@ -86,6 +86,7 @@ class EnvGroup:
         """
         return AsyncCollector(
             self.env,
+            self.env.env_fns,
             policy,
             plan.acting,
             progress,

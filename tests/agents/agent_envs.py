@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -60,3 +61,11 @@ class AlternatingNoise(ActionNoise):
 
     def reset(self) -> None:
         self.calls = 0
+
+
+class LockedEnv(OddEnv):
+    """An :class:`OddEnv` holding a handle that cannot be pickled (as a simulator connection would)."""
+
+    def __init__(self, length: int = 7) -> None:
+        super().__init__(length)
+        self.handle = threading.Lock()

@@ -1,0 +1,96 @@
+"""Every environment Stable-Baselines3's learn accepts: thread workers step the agent's own environment objects,
+worker processes copies of them; what the workers cannot step is refused at construction, saying what to pass."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import pytest
+from stable_baselines3 import PPO, SAC
+from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.vec_env import (
+    DummyVecEnv,
+    SubprocVecEnv,
+    VecEnv,
+    VecFrameStack,
+    VecMonitor,
+    VecNormalize,
+)
+
+from agents.agent_envs import LockedEnv, OddEnv
+from agents.helpers import multi_env
+from lit_sb3 import get_injected_agent
+
+
+def small_ppo(env: Any, use_mp: bool) -> Any:
+    return get_injected_agent(PPO)("MlpPolicy", env, n_steps=32, batch_size=32, n_epochs=1, use_mp=use_mp, seed=0)
+
+
+ENVS = {
+    "env id": lambda: "Pendulum-v1",
+    "gym.Env": lambda: gym.make("Pendulum-v1"),
+    "make_vec_env": lambda: make_vec_env("Pendulum-v1", n_envs=2),
+    "VecNormalize(make_vec_env)": lambda: VecNormalize(make_vec_env("Pendulum-v1", n_envs=2)),
+    "VecMonitor(DummyVecEnv)": lambda: VecMonitor(DummyVecEnv([lambda: gym.make("Pendulum-v1")] * 2)),
+    "IndexableMultiEnv": lambda: multi_env("Pendulum-v1", 2),
+}
+
+
+@pytest.mark.parametrize("use_mp", [False, True], ids=["threads", "processes"])
+@pytest.mark.parametrize("make_env", ENVS.values(), ids=ENVS.keys())
+def test_every_env_stable_baselines3_accepts_is_collected(make_env: Any, use_mp: bool) -> None:
+    model = small_ppo(make_env(), use_mp)
+    try:
+        model.learn(200)
+    finally:
+        model.shutdown()
+    assert model.num_timesteps >= 200
+    assert len(model.ep_info_buffer) >= 1  # whole Pendulum episodes (200 steps) arrived with their statistics
+    assert all(info["l"] == 200 for info in model.ep_info_buffer)
+
+
+def test_thread_workers_step_the_agents_own_env_objects_nothing_pickled() -> None:
+    env = DummyVecEnv([LockedEnv, LockedEnv])  # a lock cannot be pickled
+    model = get_injected_agent(SAC)("MlpPolicy", env, learning_starts=20, use_mp=False, seed=0)
+    try:
+        model.learn(100)
+        vec_env = model.get_env()
+        assert isinstance(vec_env, VecEnv)
+        stepped = vec_env.get_attr("total_steps")  # reaches the very objects the workers step
+        assert sum(stepped) >= 100 and all(steps > 0 for steps in stepped)
+        vec_env.set_attr("length", 3)  # and what is set there changes what the workers collect next
+        model.learn(200, reset_num_timesteps=False)  # (after the episodes buffered ahead, up to 8 of 7 steps)
+        assert model.ep_info_buffer[-1]["l"] == 3
+    finally:
+        model.shutdown()
+
+
+def test_worker_processes_refuse_an_env_they_cannot_copy_at_construction() -> None:
+    env = DummyVecEnv([OddEnv, LockedEnv])
+    with pytest.raises(TypeError, match=r"environment 1 \(LockedEnv\) cannot be copied to worker processes.*use_mp="):
+        small_ppo(env, use_mp=True)
+
+
+def test_vec_envs_the_workers_cannot_step_are_refused_at_construction() -> None:
+    subprocess_env = SubprocVecEnv([lambda: gym.make("CartPole-v1")])
+    try:
+        with pytest.raises(TypeError, match=r"SubprocVecEnv runs its environments in its own processes.*make_vec_env"):
+            small_ppo(subprocess_env, use_mp=True)
+    finally:
+        subprocess_env.close()
+    with pytest.raises(TypeError, match="VecFrameStack around the environments is not supported"):
+        small_ppo(VecFrameStack(make_vec_env("CartPole-v1"), 2), use_mp=False)
+
+
+def test_set_env_redirects_the_collection() -> None:
+    model = small_ppo(DummyVecEnv([lambda: OddEnv(length=9)]), use_mp=False)
+    try:
+        model.learn(64)
+        assert {info["l"] for info in model.ep_info_buffer} == {9}
+        model.set_env(DummyVecEnv([lambda: OddEnv(length=5)]))
+        model.ep_info_buffer.clear()
+        model.learn(64, reset_num_timesteps=False)
+        assert {info["l"] for info in model.ep_info_buffer} == {5}
+    finally:
+        model.shutdown()
