@@ -6,15 +6,28 @@ build copies (or call the factories of an ``IndexableMultiEnv``).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, SupportsFloat
 
 import cloudpickle
 import gymnasium as gym
-from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv, VecEnvWrapper, VecMonitor, VecNormalize
+import numpy as np
+from gymnasium import spaces
+from stable_baselines3.common.vec_env import (
+    DummyVecEnv,
+    SubprocVecEnv,
+    VecEnv,
+    VecEnvWrapper,
+    VecFrameStack,
+    VecMonitor,
+    VecNormalize,
+    VecTransposeImage,
+)
+from stable_baselines3.common.vec_env.stacked_observations import StackedObservations
 
 from lit_sb3.envs.multi_env import IndexableMultiEnv
 
@@ -86,27 +99,117 @@ def collection_env_fns(env: VecEnv, *, in_process: bool) -> list[EnvFactory]:
     The factory of each environment of ``env`` for the collection workers.
 
     :param env: The algorithm's VecEnv: a ``DummyVecEnv`` (``make_vec_env``'s output, an ``IndexableMultiEnv``),
-        optionally inside ``VecMonitor`` and, outermost, ``VecNormalize`` (whose statistics the collector keeps).
+        optionally inside ``VecMonitor``, ``VecTransposeImage`` and ``VecFrameStack`` (which each worker reproduces
+        around each of its environments) and, outermost, ``VecNormalize`` (whose statistics the collector keeps).
     :param in_process: Whether the workers are threads of this process (they step the environments themselves)
         or processes (they get copies; an ``IndexableMultiEnv``'s factories are called in each worker).
     :return: One factory per environment.
     :raises TypeError: For a VecEnv whose environments the workers cannot step, saying what to pass instead.
     """
-    base = _unwrapped(env.venv if isinstance(env, VecNormalize) else env)
+    base, wrappers = _peeled(env.venv if isinstance(env, VecNormalize) else env)
+    factories: list[EnvFactory]
     if in_process:
-        return [SharedEnv(sub_env) for sub_env in base.envs]
-    if isinstance(base, IndexableMultiEnv):
-        return list(base.env_fns)
-    return [EnvCopy(sub_env, index) for index, sub_env in enumerate(base.envs)]
+        factories = [SharedEnv(sub_env) for sub_env in base.envs]
+    elif isinstance(base, IndexableMultiEnv):
+        factories = list(base.env_fns)
+    else:
+        factories = [EnvCopy(sub_env, index) for index, sub_env in enumerate(base.envs)]
+    return [WrappedEnv(factory, wrappers) for factory in factories] if wrappers else factories
 
 
-def _unwrapped(env: VecEnv) -> DummyVecEnv:
-    """:return: The ``DummyVecEnv`` under the wrappers the workers reproduce (``VecMonitor``: episode statistics)."""
-    while isinstance(env, VecMonitor):
-        if env.results_writer is not None:
+def owns_env(factory: EnvFactory) -> bool:
+    """:return: Whether the worker that built an environment with ``factory`` closes it (not the agent's own)."""
+    if isinstance(factory, WrappedEnv):
+        return owns_env(factory.factory)
+    return not isinstance(factory, SharedEnv)
+
+
+class WrappedEnv:
+    """
+    Builds an environment inside the per-environment equivalents of the agent's VecEnv wrappers.
+
+    :param factory: Builds the environment.
+    :param wrappers: Wrap it, innermost first.
+    """
+
+    def __init__(self, factory: EnvFactory, wrappers: list[Callable[[gym.Env], gym.Env]]) -> None:
+        self.factory = factory
+        self.wrappers = wrappers
+
+    def __call__(self) -> gym.Env:
+        env = self.factory()
+        for wrapper in self.wrappers:
+            env = wrapper(env)
+        return env
+
+
+class TransposedImage(gym.ObservationWrapper):
+    """``VecTransposeImage`` for one environment: channel-last images become channel-first."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        assert isinstance(env.observation_space, spaces.Box)  # checked when the VecEnv was peeled
+        self.observation_space = VecTransposeImage.transpose_space(env.observation_space)
+
+    def observation(self, observation: np.ndarray) -> np.ndarray:
+        return VecTransposeImage.transpose_image(observation)
+
+
+class StackedFrames(gym.Wrapper):
+    """
+    ``VecFrameStack`` for one environment (Stable-Baselines3's ``StackedObservations``; a reset starts a new stack).
+
+    :param env: The environment.
+    :param n_stack: Observations stacked.
+    :param channels_order: ``"first"`` or ``"last"``: the axis they are stacked on.
+    """
+
+    def __init__(self, env: gym.Env, n_stack: int, channels_order: str) -> None:
+        super().__init__(env)
+        assert isinstance(env.observation_space, spaces.Box)  # checked when the VecEnv was peeled
+        self.stacked = StackedObservations(1, n_stack, env.observation_space, channels_order)
+        self.observation_space = self.stacked.stacked_observation_space
+
+    def reset(self, **kwargs: Any) -> tuple[np.ndarray, dict[str, Any]]:
+        observation, info = self.env.reset(**kwargs)
+        return self.stacked.reset(observation[None])[0], info
+
+    def step(self, action: Any) -> tuple[np.ndarray, SupportsFloat, bool, bool, dict[str, Any]]:
+        observation, reward, terminated, truncated, info = self.env.step(action)
+        stacked, _ = self.stacked.update(observation[None], np.zeros(1, dtype=bool), [{}])
+        return stacked[0], reward, terminated, truncated, info
+
+
+def _peeled(env: VecEnv) -> tuple[DummyVecEnv, list[Callable[[gym.Env], gym.Env]]]:
+    """
+    :return: The ``DummyVecEnv`` under the wrappers, and the per-environment equivalent of each wrapper, innermost
+        first (``VecMonitor`` needs none: workers report each episode in ``info["episode"]``).
+    """
+    wrappers: list[Callable[[gym.Env], gym.Env]] = []
+    while isinstance(env, VecEnvWrapper):
+        if isinstance(env, VecMonitor) and env.results_writer is not None:
             raise TypeError(
                 "VecMonitor with a filename: async collection reports episodes in info['episode'] but writes no "
                 "monitor file; wrap each environment in Monitor(env, filename) instead"
+            )
+        if isinstance(env, VecTransposeImage | VecFrameStack) and not isinstance(
+            env.venv.observation_space, spaces.Box
+        ):
+            raise TypeError(f"async collection reproduces {type(env).__name__} for Box observations only")
+        if isinstance(env, VecTransposeImage):
+            if not env.skip:
+                wrappers.append(TransposedImage)
+        elif isinstance(env, VecFrameStack):
+            stacked = env.stacked_obs
+            order = "first" if stacked.channels_first else "last"
+            wrappers.append(functools.partial(StackedFrames, n_stack=stacked.n_stack, channels_order=order))
+        elif isinstance(env, VecNormalize):
+            raise TypeError("VecNormalize must be the outermost wrapper of an injected agent's environment")
+        elif not isinstance(env, VecMonitor):
+            raise TypeError(
+                f"{type(env).__name__} around the environments is not supported by async collection (the workers "
+                "step each environment on its own); supported: DummyVecEnv, make_vec_env's output, IndexableMultiEnv, "
+                "inside VecMonitor, VecTransposeImage, VecFrameStack and, outermost, VecNormalize"
             )
         env = env.venv
     if isinstance(env, SubprocVecEnv):
@@ -115,15 +218,10 @@ def _unwrapped(env: VecEnv) -> DummyVecEnv:
             "make_vec_env(env_id, n_envs) (a DummyVecEnv) or an IndexableMultiEnv, with use_mp=True to step them in "
             "worker processes"
         )
-    if isinstance(env, VecEnvWrapper):
-        raise TypeError(
-            f"{type(env).__name__} around the environments is not supported by async collection yet (the workers "
-            "step each environment on its own); supported: DummyVecEnv, make_vec_env's output, IndexableMultiEnv, "
-            "VecMonitor and, outermost, VecNormalize"
-        )
     if not isinstance(env, DummyVecEnv):
         raise TypeError(
             f"async collection needs the environments of a DummyVecEnv (or an IndexableMultiEnv), got "
             f"{type(env).__name__}"
         )
-    return env
+    wrappers.reverse()
+    return env, wrappers

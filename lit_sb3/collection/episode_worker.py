@@ -17,7 +17,7 @@ from stable_baselines3.common.noise import ActionNoise, VectorizedActionNoise
 from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
 
 from lit_sb3.collection.acting import NumpyActorCritic, sample_on_policy
-from lit_sb3.collection.envs import SharedEnv
+from lit_sb3.collection.envs import owns_env
 from lit_sb3.collection.episodes import ActingSpec, EpisodePacket, Progress, collection_seed
 from lit_sb3.collection.stepping import EnvStepper, StepOutcome
 from lit_sb3.collection.weights import acting_module, load_flat_weights, read_board
@@ -258,7 +258,7 @@ class EpisodeWorker(WorkerApp):
     def close(self) -> None:
         self._stepper.close()
         for env_index, env in self._envs.items():
-            if not isinstance(self.env_fns[env_index], SharedEnv):  # the agent's own environment stays open
+            if owns_env(self.env_fns[env_index]):  # the agent's own environment stays open
                 env.close()
         self._arrays.close()
 

@@ -6,9 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 import pytest
-from stable_baselines3 import PPO, SAC
+from stable_baselines3 import PPO, SAC, TD3
 from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.envs import FakeImageEnv
 from stable_baselines3.common.vec_env import (
     DummyVecEnv,
     SubprocVecEnv,
@@ -16,11 +18,14 @@ from stable_baselines3.common.vec_env import (
     VecFrameStack,
     VecMonitor,
     VecNormalize,
+    VecTransposeImage,
 )
 
 from agents.agent_envs import LockedEnv, OddEnv
 from agents.helpers import multi_env
 from lit_sb3 import get_injected_agent
+
+CNN_KWARGS = {"features_extractor_kwargs": {"features_dim": 16}}
 
 
 def small_ppo(env: Any, use_mp: bool) -> Any:
@@ -79,8 +84,8 @@ def test_vec_envs_the_workers_cannot_step_are_refused_at_construction() -> None:
             small_ppo(subprocess_env, use_mp=True)
     finally:
         subprocess_env.close()
-    with pytest.raises(TypeError, match="VecFrameStack around the environments is not supported"):
-        small_ppo(VecFrameStack(make_vec_env("CartPole-v1"), 2), use_mp=False)
+    with pytest.raises(TypeError, match="VecNormalize must be the outermost wrapper"):
+        small_ppo(VecFrameStack(VecNormalize(make_vec_env("CartPole-v1")), 2), use_mp=False)
 
 
 def test_set_env_redirects_the_collection() -> None:
@@ -94,3 +99,35 @@ def test_set_env_redirects_the_collection() -> None:
         assert {info["l"] for info in model.ep_info_buffer} == {5}
     finally:
         model.shutdown()
+
+
+@pytest.mark.parametrize("use_mp", [False, True], ids=["threads", "processes"])
+def test_channel_last_images_are_transposed_in_the_workers_as_stable_baselines3_does(use_mp: bool) -> None:
+    env = FakeImageEnv(screen_height=36, screen_width=36, n_channels=1, discrete=True)  # channel-last
+    model = get_injected_agent(PPO)(
+        "CnnPolicy", env, n_steps=32, batch_size=32, n_epochs=1, use_mp=use_mp, policy_kwargs=CNN_KWARGS
+    )
+    try:
+        model.learn(64)
+    finally:
+        model.shutdown()
+    assert isinstance(model.get_env(), VecTransposeImage)  # added by Stable-Baselines3 itself
+    assert model.rollout_buffer.observations.shape[-3:] == (1, 36, 36)  # channel-first, as the policy takes them
+    assert model.num_timesteps >= 64
+
+
+@pytest.mark.parametrize("use_mp", [False, True], ids=["threads", "processes"])
+def test_vec_frame_stack_is_reproduced_in_the_workers_episode_by_episode(use_mp: bool) -> None:
+    env = VecFrameStack(DummyVecEnv([OddEnv]), n_stack=3)  # observation t of a 7-step episode: [t]
+    model = get_injected_agent(TD3)("MlpPolicy", env, learning_starts=1000, use_mp=use_mp, seed=0)
+    try:
+        model.learn(21)
+    finally:
+        model.shutdown()
+    assert model.replay_buffer is not None
+    stored = model.replay_buffer.observations[:21, 0]
+    following = model.replay_buffer.next_observations[:21, 0]
+    steps = np.arange(21) % 7  # three episodes: each starts a new stack
+    expected = np.clip(steps[:, None] + np.array([-2, -1, 0]), 0, None)
+    np.testing.assert_array_equal(stored, expected)
+    np.testing.assert_array_equal(following, np.clip(steps[:, None] + np.array([-1, 0, 1]), 0, None))
