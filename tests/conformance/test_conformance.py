@@ -20,7 +20,8 @@ import pytest
 
 from conformance.upstream import MODES, UPSTREAMS, Upstream, upstream_root
 
-#: (distribution, file, mode) run by the default test run.
+#: (distribution, file, mode) run by the default test run: the fastest that passes whole (13 tests, 15 s of tests
+#: in a 24 s subprocess on two loaded cores; sb3-contrib's test_run.py took 18 s, test_train_eval_mode.py 26 s).
 DEFAULT_RUN = {("stable-baselines3", "test_sde.py", "threads")}
 #: Seconds an upstream test may take (pytest-timeout in the subprocess), and a whole file.
 TEST_TIMEOUT, FILE_TIMEOUT = 120, 3600
@@ -91,7 +92,7 @@ def run_upstream_file(upstream: Upstream, file_name: str, mode: str, folder: pat
     return outcomes
 
 
-@pytest.mark.parametrize(("upstream", "file_name", "mode"), _cases())
+@pytest.mark.parametrize(("upstream", "file_name", "mode"), list(_cases()))
 def test_upstream_tests_pass_on_injected_agents(
     upstream: Upstream, file_name: str, mode: str, tmp_path: pathlib.Path
 ) -> None:

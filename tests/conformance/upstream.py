@@ -51,8 +51,14 @@ UPSTREAMS = (STABLE_BASELINES3, SB3_CONTRIB)
 #: Where the workers of the injected agents run in each mode of the harness.
 MODES = ("threads", "processes")
 
+WHOLE_EPISODES = (
+    "asserts num_timesteps == n_steps after learn(n_steps): an on-policy rollout of the injected agents is whole "
+    "episodes, at least n_steps * n_envs steps (the last episode takes it beyond)"
+)
 #: Upstream tests left out, each with the reason (fnmatch patterns over ``<distribution>/<file>::<test id>``).
 EXCEPTIONS: dict[str, str] = {
+    "stable-baselines3/test_save_load.py::test_set_env[[]PPO[]]": WHOLE_EPISODES,
+    "stable-baselines3/test_save_load.py::test_set_env[[]A2C[]]": WHOLE_EPISODES,
     "sb3-contrib/test_run.py::test_ars*": (
         "ARS is an evolution strategy, not a gradient agent: get_injected_agent does not apply; lit_sb3's AsyncEval "
         "is its drop-in (tests/test_sb3_contrib_compat.py)"
