@@ -394,7 +394,7 @@ def test_train_ppo_with_async_collection(capsys: pytest.CaptureFixture[str], tmp
     )
     assert status == 0, err
     model = PPO.load(stem.with_suffix(".zip"))  # the plain class reads what the injected one saved
-    assert type(get_injected_agent(PPO).load(stem.with_suffix(".zip"))).__name__ == "AsyncPPO"
+    assert type(get_injected_agent(PPO).load(stem.with_suffix(".zip"))).__name__ == "PPO"
     assert (model.n_envs, model.n_steps, model.n_epochs, model.gamma) == (2, 32, 1, 0.98)
     assert model.learning_rate(1.0) == 0.001 and model.clip_range(0.5) == 0.1  # rl-zoo's lin_ schedules
     assert model.use_mp and model.n_workers == 2
@@ -684,14 +684,14 @@ USER_ERRORS = [
     ([*TRAIN, "--workers", "-1"], "--workers must be 0 (this process) or more"),
     ([*TRAIN, "--total-timesteps", "0"], "--total-timesteps must be at least 1"),
     ([*TRAIN, "--policy", "CnnPolicy"], "--policy must be LinearPolicy or MlpPolicy for ARS, got 'CnnPolicy'"),
-    (["train", "sac", "CartPole-v1", "--workers", "0"], "AsyncSAC cannot train on CartPole-v1: The algorithm only"),
-    (["train", "dqn", "Pendulum-v1", "--workers", "0"], "AsyncDQN cannot train on Pendulum-v1: The algorithm only"),
+    (["train", "sac", "CartPole-v1", "--workers", "0"], "SAC cannot train on CartPole-v1: The algorithm only"),
+    (["train", "dqn", "Pendulum-v1", "--workers", "0"], "DQN cannot train on Pendulum-v1: The algorithm only"),
     (["train", "ppo", "CartPole-v1", "--n-eval-episodes", "2"], "--n-eval-episodes is for the population methods"),
     (["train", "ppo", "CartPole-v1", "--hyperparams", "ppo_unknown.yml"], "unknown hyper-parameter 'n_stepz' for"),
     (["train", "ppo", "CartPole-v1", "--hyperparams", "ppo_workers.yml"], "unknown hyper-parameter 'n_workers'"),
     (
         ["train", "ppo", "CartPole-v1", "--hyperparams", "ppo_buffer.yml"],
-        "bad hyper-parameters for AsyncPPO: max_episodes_in_buffer",
+        "bad hyper-parameters for PPO: max_episodes_in_buffer",
     ),
     (
         ["train", "td3", "Pendulum-v1", "--hyperparams", "td3_noise.yml"],

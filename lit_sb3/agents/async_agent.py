@@ -151,9 +151,9 @@ class _AsyncAgent:
         :param env: The new environment (any the constructor takes).
         :param force_reset: Reset the environment at the start of the next ``learn()``.
         """
-        super().set_env(env, force_reset)  # type: ignore[misc]
-        assert self.env is not None
-        self._collection_env_fns(self.env)
+        wrapped = self._wrap_env(env, self.verbose)  # type: ignore[attr-defined]
+        self._collection_env_fns(wrapped)  # refused before anything changes
+        super().set_env(wrapped, force_reset)  # type: ignore[misc]
         self.shutdown()
 
     def _setup_learn(

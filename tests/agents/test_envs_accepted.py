@@ -88,19 +88,6 @@ def test_vec_envs_the_workers_cannot_step_are_refused_at_construction() -> None:
         small_ppo(VecFrameStack(VecNormalize(make_vec_env("CartPole-v1")), 2), use_mp=False)
 
 
-def test_set_env_redirects_the_collection() -> None:
-    model = small_ppo(DummyVecEnv([lambda: OddEnv(length=9)]), use_mp=False)
-    try:
-        model.learn(64)
-        assert {info["l"] for info in model.ep_info_buffer} == {9}
-        model.set_env(DummyVecEnv([lambda: OddEnv(length=5)]))
-        model.ep_info_buffer.clear()
-        model.learn(64, reset_num_timesteps=False)
-        assert {info["l"] for info in model.ep_info_buffer} == {5}
-    finally:
-        model.shutdown()
-
-
 @pytest.mark.parametrize("use_mp", [False, True], ids=["threads", "processes"])
 def test_channel_last_images_are_transposed_in_the_workers_as_stable_baselines3_does(use_mp: bool) -> None:
     env = FakeImageEnv(screen_height=36, screen_width=36, n_channels=1, discrete=True)  # channel-last

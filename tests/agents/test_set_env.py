@@ -30,7 +30,9 @@ def test_episodes_after_set_env_come_from_the_new_env() -> None:
 def test_set_env_refuses_what_workers_cannot_build() -> None:
     import pytest
     from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import VecFrameStack, VecNormalize
 
     model = get_injected_agent(PPO)("MlpPolicy", multi_env("CartPole-v1", 1), n_steps=32, batch_size=32)
-    with pytest.raises(TypeError, match="env must be an IndexableMultiEnv"):
-        model.set_env(make_vec_env("CartPole-v1", 1))
+    with pytest.raises(TypeError, match="VecNormalize must be the outermost wrapper"):
+        model.set_env(VecFrameStack(VecNormalize(make_vec_env("CartPole-v1", 1)), 1))
+    assert isinstance(model.get_env(), IndexableMultiEnv)  # unchanged
