@@ -98,10 +98,10 @@ def _swap_module(module: ModuleType) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    distribution = config.getoption("--lit-sb3-distribution")
+    distribution, mode = config.getoption("--lit-sb3-distribution"), config.getoption("--lit-sb3-workers")
     kept, left_out = [], []
     for item in items:
-        reason = exception_reason(distribution, item.path.name, item.name)
+        reason = exception_reason(distribution, item.path.name, item.name, mode)
         (left_out if reason else kept).append(item)
     if left_out:
         config.hook.pytest_deselected(items=left_out)

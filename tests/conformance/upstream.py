@@ -69,10 +69,23 @@ EXCEPTIONS: dict[str, str] = {
 }
 
 
-def exception_reason(distribution: str, file_name: str, test_id: str) -> str | None:
-    """:return: Why the upstream test is left out, or None when it runs."""
+#: Upstream tests left out with worker processes only.
+PROCESS_EXCEPTIONS: dict[str, str] = {
+    "stable-baselines3/test_sde.py::test_state_dependent_noise[[]True-*": (
+        "reads the actions recorded by the user's own environment object; worker processes step copies of it in "
+        "other processes (as SubprocVecEnv does), thread workers step the object itself (the test passes there)"
+    ),
+}
+
+
+def exception_reason(distribution: str, file_name: str, test_id: str, mode: str) -> str | None:
+    """
+    :param mode: ``"threads"`` or ``"processes"``.
+    :return: Why the upstream test is left out in ``mode``, or None when it runs.
+    """
     name = f"{distribution}/{file_name}::{test_id}"
-    for pattern, reason in EXCEPTIONS.items():
+    exceptions = {**EXCEPTIONS, **(PROCESS_EXCEPTIONS if mode == "processes" else {})}
+    for pattern, reason in exceptions.items():
         if fnmatch.fnmatchcase(name, pattern):
             return reason
     return None
