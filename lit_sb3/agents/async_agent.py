@@ -16,7 +16,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.noise import ActionNoise
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.policies import ActorCriticPolicy
-from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, RolloutReturn, TrainFreq
+from stable_baselines3.common.type_aliases import GymEnv, RolloutReturn, TrainFreq
 from stable_baselines3.common.utils import should_collect_more_steps
 from stable_baselines3.common.vec_env import VecEnv, VecNormalize
 
@@ -70,7 +70,6 @@ class _AsyncAgent:
     policy: Any
     num_timesteps: int
     seed: Any
-    _last_obs: Any
 
     def __init__(
         self,
@@ -156,20 +155,17 @@ class _AsyncAgent:
         super().set_env(wrapped, force_reset)  # type: ignore[misc]
         self.shutdown()
 
-    def _setup_learn(
-        self,
-        total_timesteps: int,
-        callback: MaybeCallback = None,
-        reset_num_timesteps: bool = True,
-        tb_log_name: str = "run",
-        progress_bar: bool = False,
-    ) -> tuple[int, BaseCallback]:
-        if (reset_num_timesteps or self._last_obs is None) and self._workers.name == "threads":
-            # Stable-Baselines3 resets the environments here, in this thread: not while thread workers step them.
-            self.shutdown()
-        return super()._setup_learn(  # type: ignore[misc]
-            total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar
-        )
+    def learn(self, *args: Any, **kwargs: Any) -> Any:
+        """
+        As Stable-Baselines3's ``learn``. Thread workers step the agent's own environment objects: their collection
+        stops when ``learn`` returns, so that the environments are the caller's alone again (the next ``learn``
+        starts new threads; worker processes, which step copies, are kept until :meth:`shutdown`).
+        """
+        try:
+            return super().learn(*args, **kwargs)  # type: ignore[misc]
+        finally:
+            if self._workers.name == "threads" and self._collector is not None:
+                self._collector.close()  # kept for get_profiler_report
 
     def _collection_env_fns(self, env: VecEnv) -> list[EnvFactory]:
         """:return: The factory of each environment for the workers (raises on what they cannot step)."""
@@ -211,8 +207,14 @@ class _AsyncAgent:
         self._train_calls += 1
         self._weights_version += 1
 
+    def _running_collector(self) -> AsyncCollector:
+        """:return: The collection under way, started if there is none."""
+        if self._collector is None or self._collector.pool.closed:
+            return self._start_collector()
+        return self._collector
+
     def _start_collector(self) -> AsyncCollector:
-        """Start the collection (kept across ``learn()`` calls until :meth:`shutdown`)."""
+        """Start the collection (worker processes: kept across ``learn()`` calls until :meth:`shutdown`)."""
         assert self.env is not None
         env_fns = self._collection_env_fns(self.env)
         n_workers = self.n_workers if self.n_workers is not None else self._workers.default_workers(len(env_fns))
@@ -269,7 +271,7 @@ class _AsyncOnPolicy(_AsyncAgent):
     _update_info_buffer: Any
 
     def collect_rollouts(self, env: VecEnv, callback: BaseCallback, rollout_buffer: Any, n_rollout_steps: int) -> bool:
-        collector = self._collector if self._collector is not None else self._start_collector()
+        collector = self._running_collector()
         self._sync(collector, force=True)
         callback.on_rollout_start()
         rollout = collector.next_rollout()
@@ -327,7 +329,7 @@ class _AsyncOffPolicy(_AsyncAgent):
         log_interval: int | None = None,
     ) -> RolloutReturn:
         # Built once: this runs every few env steps (unseeded, the seed draw would repeat).
-        collector = self._collector if self._collector is not None else self._start_collector()
+        collector = self._running_collector()
         replay_buffer = self.replay_buffer if self.replay_buffer is not None else replay_buffer
         n_envs = env.num_envs
         collected_steps, collected_episodes = 0, 0

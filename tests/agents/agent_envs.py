@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -69,3 +70,11 @@ class LockedEnv(OddEnv):
     def __init__(self, length: int = 7) -> None:
         super().__init__(length)
         self.handle = threading.Lock()
+
+
+class SleepyOddEnv(OddEnv):
+    """An :class:`OddEnv` whose steps take 2 ms (so that a background stepper is caught in the act)."""
+
+    def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict]:
+        time.sleep(0.002)
+        return super().step(action)

@@ -3,6 +3,7 @@ worker processes copies of them; what the workers cannot step is refused at cons
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import gymnasium as gym
@@ -21,7 +22,7 @@ from stable_baselines3.common.vec_env import (
     VecTransposeImage,
 )
 
-from agents.agent_envs import LockedEnv, OddEnv
+from agents.agent_envs import LockedEnv, OddEnv, SleepyOddEnv
 from agents.helpers import multi_env
 from lit_sb3 import get_injected_agent
 
@@ -67,6 +68,23 @@ def test_thread_workers_step_the_agents_own_env_objects_nothing_pickled() -> Non
         vec_env.set_attr("length", 3)  # and what is set there changes what the workers collect next
         model.learn(200, reset_num_timesteps=False)  # (after the episodes buffered ahead, up to 8 of 7 steps)
         assert model.ep_info_buffer[-1]["l"] == 3
+    finally:
+        model.shutdown()
+
+
+def test_when_learn_returns_thread_workers_no_longer_step_the_agents_env_objects() -> None:
+    env = DummyVecEnv([SleepyOddEnv, SleepyOddEnv])
+    model = small_ppo(env, use_mp=False)  # on-policy: the next rollout would be collected ahead
+    try:
+        model.learn(64)
+        before = env.get_attr("total_steps")
+        time.sleep(0.3)  # time enough for a background worker to step (about 2 ms a step)
+        env.reset()
+        for _ in range(20):  # the caller steps them, as after Stable-Baselines3's learn
+            env.step(np.zeros((2, 1), np.float32))
+        assert env.get_attr("total_steps") == [steps + 20 for steps in before]  # and nobody else did
+        model.learn(64, reset_num_timesteps=False)  # new worker threads take them up again
+        assert model.num_timesteps >= 128
     finally:
         model.shutdown()
 
