@@ -355,7 +355,8 @@ def run_script(body: str, tmp_path: Path, length: int = 10**7) -> subprocess.Pop
     script.write_text(
         textwrap.dedent(
             f"""
-            import functools, sys, time
+            import functools, signal, sys, time
+            signal.signal(signal.SIGINT, signal.default_int_handler)  # a shell's background job starts with it ignored
             import numpy as np
             from sb3_contrib.ars.policies import LinearPolicy
             sys.path.insert(0, {str(Path(__file__).parent)!r})

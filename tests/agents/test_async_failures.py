@@ -69,7 +69,8 @@ def test_shutdown_stops_every_worker_and_thread() -> None:
 def run_script(body: str, *, interrupt_after: str | None = None) -> subprocess.CompletedProcess:
     script = textwrap.dedent(
         """
-        import sys
+        import signal, sys
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # a shell's background job starts with it ignored
         sys.path.insert(0, {tests!r})
         from functools import partial
         import gymnasium as gym

@@ -16,7 +16,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 SCRIPT = textwrap.dedent(
     """
-    import sys
+    import signal, sys
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # a shell's background job starts with it ignored
     sys.path.insert(0, {tests!r})
     from functools import partial
     import gymnasium as gym
