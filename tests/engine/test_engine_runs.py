@@ -41,11 +41,12 @@ def test_the_timing_summary_is_returned_printed_and_logged(tmp_path: Path, capsy
         assert 0 < thread["busy_seconds"] + thread["idle_seconds"] <= summary["wall_seconds"] + 1e-9, name
     assert 1 <= train_steps == engine.train_steps <= 2000 // 64 + 1  # rollouts of at least 64 steps
     # One iteration per train step, per dataset and per rollout taken (one dataset and one rollout may be under way
-    # when the budget is spent); weights published at most once a train step; one evaluation an iteration.
+    # when the budget is spent); weight publications tried at least once (a try is repeated while the workers still
+    # read the last one); one evaluation an iteration.
     assert threads["train"]["iterations"] == train_steps
     assert train_steps <= threads["dataset"]["iterations"] <= train_steps + 1
     assert threads["dataset"]["iterations"] <= threads["rollout"]["iterations"] <= threads["dataset"]["iterations"] + 1
-    assert 1 <= threads["weight_sync"]["iterations"] <= train_steps
+    assert threads["weight_sync"]["iterations"] >= 1
     assert threads["evaluate"]["iterations"] == len(engine.evaluations) >= 1
     assert summary["env_steps"] == engine.collected_steps >= 2000
     assert summary["env_steps_per_second"] == pytest.approx(summary["env_steps"] / summary["wall_seconds"])
