@@ -59,13 +59,15 @@ class EnvStepper:
         """
         if self._executor is not None and len(envs) > 1:
             return list(self._executor.map(_step, envs, actions))
+        if self._executor is not None or self.concurrent_step_seconds is None:  # chosen: nothing more to time
+            return [_step(env, action) for env, action in zip(envs, actions, strict=True)]
         outcomes: list[StepOutcome] = []
         for env, action in zip(envs, actions, strict=True):
             started = time.perf_counter()
             outcomes.append(_step(env, action))
             self._timed_seconds += time.perf_counter() - started
         self._timed_steps += len(envs)
-        if self._executor is None and self._timed_steps >= self.probe_steps and len(envs) > 1:
+        if self._timed_steps >= self.probe_steps and len(envs) > 1:
             self._choose(len(envs))
         return outcomes
 
