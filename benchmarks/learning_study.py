@@ -32,7 +32,7 @@ Subcommands::
 
     python benchmarks/learning_study.py run --task halfcheetah --config ars --seed 0 --out runs.jsonl
     python benchmarks/learning_study.py queue jobs.txt --out runs.jsonl   # runs "task config seed [budget]" lines
-    python benchmarks/learning_study.py report runs.jsonl                 # the README table (markdown)
+    python benchmarks/learning_study.py report runs.jsonl                 # the table (markdown; --results: a file)
     python benchmarks/learning_study.py figures runs.jsonl figures/       # one learning-curve PNG per task
 
 ``queue`` takes the first line of the jobs file off it and runs it, until the file is empty, so the queue can be
@@ -78,6 +78,7 @@ from stable_baselines3.common.running_mean_std import RunningMeanStd
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecNormalize, sync_envs_normalization
 
 from lit_sb3 import ARS, CEM, CMAES, ES, PGPE, SNES, XNES, AsyncEval
+from lit_sb3.cli.bench_results import Column, LoadSampler, Table, new_result, save_result
 from lit_sb3.evaluation.obs_rms import subtract_running_mean_std
 from lit_sb3.evaluation.seeding import episode_seed
 from lit_sb3.vec_env import CandidateEval, InProcessEval
@@ -852,15 +853,12 @@ def percentiles(values: list[float]) -> tuple[float, float, float]:
     return q25, q50, q75
 
 
-def format_quartiles(values: list[float], pattern: str) -> str:
+def quartile_figures(values: list[float], digits: int = 0) -> list[float | str] | None:
+    """:return: ``[median, 25th, 75th percentile]`` (rounded; "n/r" where infinite), None without values."""
     if not values:
-        return ""
+        return None
     q25, q50, q75 = percentiles(values)
-
-    def show(value: float) -> str:
-        return "n/r" if not np.isfinite(value) else pattern.format(value)
-
-    return f"{show(q50)} ({show(q25)} to {show(q75)})"
+    return [round(value, digits) if np.isfinite(value) else "n/r" for value in (q50, q25, q75)]
 
 
 def return_at(curve: list[list[float]], steps: int) -> float | None:
@@ -908,47 +906,82 @@ def group_records(records: list[dict[str, Any]]) -> dict[tuple[str, str], list[d
     return dict(sorted(groups.items(), key=lambda item: (tasks.index(item[0][0]), configs.index(item[0][1]))))
 
 
-def report(runs_file: str, throughput_file: str | None) -> None:
+STUDY_COLUMNS = [
+    Column("task", "task"),
+    Column("configuration", "configuration"),
+    Column("seeds", "seeds"),
+    Column("reached", "reached"),
+    Column("budget", "run budget"),
+    Column("steps_to_threshold", "env steps to threshold: median (IQR)", ",.0f"),
+    Column("wall_to_threshold", "wall time to threshold in the study (s): median (IQR)", ".0f"),
+    Column("cpu_to_threshold", "CPU-seconds to threshold: median (IQR)", ".0f"),
+    Column("return_at_budget", "return at fixed budget (median)", ".0f"),
+    Column("fixed_budget", "fixed budget"),
+    Column("train_rate_alone", "train steps/s alone", ",.0f"),
+    Column("wall_at_rate", "wall time to threshold at that rate (s): median (IQR)", ".0f"),
+]
+
+
+def study_table(records: list[dict[str, Any]], rates: dict[tuple[str, str], float]) -> Table:
     """
-    Print the markdown table of every (task, configuration) in the log. With measured throughputs, the last column
-    is the median of each seed's steps to threshold divided by its configuration's training steps per second.
+    :param records: The runs.
+    :param rates: Training steps per second measured alone, by (task, configuration).
+    :return: One row per (task, configuration): seeds that reached the threshold, the quartiles of their env steps,
+        wall time and CPU-seconds to it (runs without a CPU measure left out of that column), the median return at
+        the task's fixed budget, and the wall time the steps would take at the configuration's rate.
+    """
+    table = Table(STUDY_COLUMNS)
+    for (task_name, config_name), group in group_records(records).items():
+        fixed = TASKS[task_name].fixed_budget
+        steps = [np.inf if r["steps_to_threshold"] is None else r["steps_to_threshold"] for r in group]
+        times = [np.inf if r["time_to_threshold"] is None else r["time_to_threshold"] for r in group]
+        cpu = [
+            np.inf if r["cpu_to_threshold"] is None else r["cpu_to_threshold"] for r in group if "cpu_to_threshold" in r
+        ]
+        fixed_returns = [value for r in group if (value := return_at(r["curve"], fixed)) is not None]
+        rate = rates.get((task_name, config_name))
+        table.rows.append(
+            {
+                "task": task_name,
+                "configuration": LABELS[config_name],
+                "seeds": len(group),
+                "reached": f"{sum(r['steps_to_threshold'] is not None for r in group)}/{len(group)}",
+                "budget": f"{max(r['budget'] for r in group) / 1e6:g}M",
+                "steps_to_threshold": quartile_figures(steps),
+                "wall_to_threshold": quartile_figures(times),
+                "cpu_to_threshold": quartile_figures(cpu),
+                "return_at_budget": round(statistics.median(fixed_returns)) if fixed_returns else None,
+                "fixed_budget": f"{fixed / 1e6:g}M",
+                "train_rate_alone": rate,
+                "wall_at_rate": None if rate is None else quartile_figures([value / rate for value in steps]),
+            }
+        )
+    return table
+
+
+def report(runs_file: str, throughput_file: str | None, results_folder: str | None, name: str) -> None:
+    """
+    Print the table of every (task, configuration) in the log (see :func:`study_table`); with ``results_folder``,
+    also write it as the result file ``name``.
     """
     records = read_records(runs_file)
     rates: dict[tuple[str, str], float] = {}
     if throughput_file is not None:
         for measured in read_records(throughput_file):
             rates[measured["task"], measured["config"]] = measured["steps_per_second"]
-    print(
-        "| task | configuration | seeds | reached (budget) | env steps to threshold: median (IQR) "
-        "| wall time to threshold in the study: median (IQR) | CPU-seconds to threshold: median (IQR) "
-        "| return at fixed budget (median) | train steps/s alone | wall time to threshold at that rate |"
-    )
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for (task_name, config_name), group in group_records(records).items():
-        fixed = TASKS[task_name].fixed_budget
-        steps = [np.inf if r["steps_to_threshold"] is None else r["steps_to_threshold"] for r in group]
-        times = [np.inf if r["time_to_threshold"] is None else r["time_to_threshold"] for r in group]
-        measured_cpu = [r for r in group if "cpu_to_threshold" in r]
-        cpu = [np.inf if r["cpu_to_threshold"] is None else r["cpu_to_threshold"] for r in measured_cpu]
-        fixed_returns = [value for r in group if (value := return_at(r["curve"], fixed)) is not None]
-        reached = sum(r["steps_to_threshold"] is not None for r in group)
-        budget = max(r["budget"] for r in group)
-        fixed_text = f"{statistics.median(fixed_returns):.0f} at {fixed / 1e6:g}M" if fixed_returns else ""
-        cpu_text = format_quartiles(cpu, "{:.0f} s")
-        if cpu and len(measured_cpu) < len(group):
-            cpu_text += f" ({len(measured_cpu)} seeds measured)"
-        rate = rates.get((task_name, config_name))
-        rate_text = "" if rate is None else f"{rate:,.0f}"
-        derived = "" if rate is None else format_quartiles([value / rate for value in steps], "{:.0f} s")
-        print(
-            f"| {task_name} | {LABELS[config_name]} | {len(group)} | {reached}/{len(group)} ({budget / 1e6:g}M) "
-            f"| {format_quartiles(steps, '{:,.0f}')} | {format_quartiles(times, '{:.0f} s')} | {cpu_text} "
-            f"| {fixed_text} | {rate_text} | {derived} |"
-        )
+    table = study_table(records, rates)
     loads = [value for r in records for value in (r["load_before"], r["load_after"])]
-    print(
-        f"\n{len(records)} runs, load average {min(loads):.1f}-{max(loads):.1f} (median {statistics.median(loads):.1f})"
+    summary = (
+        f"{len(records)} runs of {runs_file}, one at a time; load average {min(loads):.1f}-{max(loads):.1f} "
+        f"(median {statistics.median(loads):.1f}) at the runs' starts and ends. Median (interquartile range) over "
+        "seeds; n/r: not reached within the budget, counted as infinitely long."
     )
+    print(table.markdown(), f"\n{summary}", sep="\n")
+    if results_folder is not None:
+        load = LoadSampler()
+        load.samples = [round(min(loads), 1), round(max(loads), 1)]
+        result = new_result(name, {"learning_study": table}, load, conditions=summary, packages=("sb3-contrib",))
+        print(f"\nwrote {save_result(result, results_folder)}")
 
 
 def seeds_on_grid(group: list[dict[str, Any]], grid: np.ndarray) -> np.ndarray:
@@ -1028,6 +1061,8 @@ def main() -> None:
     report_parser = commands.add_parser("report")
     report_parser.add_argument("runs")
     report_parser.add_argument("--throughput", help="JSON-lines log of throughput runs")
+    report_parser.add_argument("--results", help="write the table as a result file into this folder too")
+    report_parser.add_argument("--name", default="learning_study", help="the result file's name (without .json)")
     figures_parser = commands.add_parser("figures")
     figures_parser.add_argument("runs")
     figures_parser.add_argument("folder", help="where the PNGs are written (created if missing)")
@@ -1054,7 +1089,7 @@ def main() -> None:
     elif args.command == "figures":
         figures(args.runs, args.folder)
     else:
-        report(args.runs, args.throughput)
+        report(args.runs, args.throughput, args.results, args.name)
 
 
 if __name__ == "__main__":

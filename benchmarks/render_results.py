@@ -4,6 +4,7 @@ A page asks for a result with markers; everything between a marker and ``<!-- en
 
     <!-- result: engine -->              how the run was made: command, commit, date, machine, load
     <!-- result: engine/engine -->       a table of the run
+    <!-- result: learning_study/choose -->  a table computed from the run's tables (``DERIVED``)
     <!-- result: headlines -->           the README's headline lines, computed from every result
 
 The figures of the docs come from the committed notebooks the same way (``FIGURES``: the first image a notebook
@@ -24,7 +25,7 @@ import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from lit_sb3.cli.bench_results import Result
+from lit_sb3.cli.bench_results import Column, Result, Table
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
@@ -132,6 +133,48 @@ def headline_ray(result: Result) -> str:
     )
 
 
+def steps_or_inf(figure: Any) -> float:
+    """:return: The median of a ``[median, q1, q3]`` figure, infinite when not reached or missing."""
+    median = figure[0] if isinstance(figure, list) else figure
+    return float(median) if isinstance(median, (int, float)) else float("inf")
+
+
+def choices(result: Result) -> Table:
+    """
+    :return: Per task of a learning study, lit_sb3's configuration with the fewest median env steps to the threshold
+        among the reliable ones (at least 3 seeds run and 4 in 5 of them at the threshold), then among the others by
+        the share of seeds at the threshold and the median return at the fixed budget; and the next one.
+    """
+    columns = [Column("task", "task"), Column("choose", "choose"), Column("reached", "seeds at threshold")]
+    columns += [Column("steps", "env steps to threshold: median (IQR)", ",.0f"), Column("next", "next best")]
+    table = Table(columns)
+    by_task: dict[str, list[dict[str, Any]]] = {}
+    for candidate in result.tables["learning_study"].rows:
+        if candidate["configuration"].startswith("lit_sb3"):
+            by_task.setdefault(candidate["task"], []).append(candidate)
+
+    def rank(candidate: dict[str, Any]) -> tuple[bool, float, float, float]:
+        reached, seeds = (int(part) for part in candidate["reached"].split("/"))
+        reliable = seeds >= 3 and reached >= 0.8 * seeds
+        returns = candidate["return_at_budget"]
+        median = steps_or_inf(candidate["steps_to_threshold"])
+        return not reliable, median, -reached / seeds, -(returns or -float("inf"))
+
+    for task, candidates in by_task.items():
+        best, *others = sorted(candidates, key=rank)
+        following = ""
+        if others:
+            median = steps_or_inf(others[0]["steps_to_threshold"])
+            at = f"{median:,.0f} steps" if median != float("inf") else f"{others[0]['return_at_budget']} at the budget"
+            following = f"{others[0]['configuration']} ({others[0]['reached']}, {at})"
+        row = {"task": task, "choose": best["configuration"], "reached": best["reached"], "next": following}
+        table.rows.append({**row, "steps": best["steps_to_threshold"]})
+    return table
+
+
+#: Tables computed from a result's tables, by the name a marker gives them.
+DERIVED: dict[str, Callable[[Result], Table]] = {"choose": choices}
+
 HEADLINES: dict[str, Callable[[Result], str]] = {
     "asynceval_vs_sb3contrib": headline_asynceval,
     "gradient_agents": headline_gradient,
@@ -152,6 +195,8 @@ def render_block(what: str, results: dict[str, Result]) -> str:
     result = results[name]
     if not table:
         return provenance(result) + "\n"
+    if table in DERIVED:
+        return DERIVED[table](result).markdown() + "\n"
     if table not in result.tables:
         raise KeyError(f"{name}.json has no table {table!r} (it has {', '.join(result.tables)})")
     return result.tables[table].markdown() + "\n"

@@ -217,3 +217,23 @@ def test_readme_is_short_and_links_the_docs() -> None:
         assert (ROOT / link).is_file(), link
     assert 'pip install torch==2.13.0 -e ".[plot]" && lit-sb3 train ars CartPole-v1' in readme
     assert 'pip install torch==2.13.0 -e ".[test]" && python -m pytest -q' in readme
+
+
+def test_the_choice_per_task_is_the_fastest_reliable_configuration() -> None:
+    from lit_sb3.cli.bench_results import Result, Table
+
+    def study_row(configuration: str, reached: str, steps: list[object], returns: int) -> dict[str, object]:
+        figures = {"reached": reached, "steps_to_threshold": steps, "return_at_budget": returns}
+        return {"task": "hopper", "configuration": configuration, **figures}
+
+    rows = [
+        study_row("lit_sb3 CMAES", "1/1", [100_000, 100_000, 100_000], 3500),  # fastest, but one seed
+        study_row("lit_sb3 ARS", "4/5", [900_000, 800_000, "n/r"], 3100),
+        study_row("lit_sb3 ES", "3/3", [1_200_000, 1_000_000, 1_300_000], 3200),
+        study_row("sb3-contrib ARS + lit_sb3 AsyncEval", "5/5", [50_000, 40_000, 60_000], 3300),  # not ours
+    ]
+    result = Result("study", "python benchmarks/x.py", "0000000", "2026-12-01", "2 cores", None, "", {})
+    result.tables["learning_study"] = Table([], rows)
+    (choice,) = render_results().choices(result).rows  # type: ignore[attr-defined]
+    assert choice["choose"] == "lit_sb3 ARS" and choice["reached"] == "4/5"
+    assert choice["next"] == "lit_sb3 ES (3/3, 1,200,000 steps)"
