@@ -52,6 +52,9 @@ CLI_ARGUMENTS = frozenset(
 OBJECT_KEYS = frozenset(
     {"policy_kwargs", "normalize", "normalize_kwargs", "optimizer_kwargs", "optimizer_config", "cma_options"}
 )
+#: The hyper-parameter files shipped with lit_sb3, ``ALGO.yml`` in rl-zoo's layout: the learning study's settings per
+#: task (``benchmarks/learning_study.py``), which ``lit-sb3 train`` uses when no file is given.
+TUNED_FOLDER = pathlib.Path(__file__).resolve().with_name("tuned")
 #: Roots of the names an object-valued setting may use.
 NAME_ROOTS: dict[str, Any] = {"nn": th.nn, "th": th, "torch": th}
 
@@ -92,6 +95,17 @@ def algorithm_arguments(algo_class: type) -> list[str]:
         if all(item.kind is not item.VAR_KEYWORD for item in parameters):
             break
     return sorted(names - CLI_ARGUMENTS)
+
+
+def tuned_env_ids(algo_name: str) -> list[str]:
+    """:return: The environment ids of the shipped file of ``algo_name`` (none without a file)."""
+    path = TUNED_FOLDER / f"{algo_name}.yml"
+    return list(yaml.safe_load(path.read_text())) if path.is_file() else []
+
+
+def tuned_file(algo_name: str, env_id: str) -> pathlib.Path | None:
+    """:return: The shipped file of ``algo_name`` if it has an entry for ``env_id``, else None."""
+    return TUNED_FOLDER / f"{algo_name}.yml" if env_id in tuned_env_ids(algo_name) else None
 
 
 def load_hyperparams(

@@ -16,7 +16,7 @@ from stable_baselines3.common.vec_env import VecNormalize
 from lit_sb3 import ARS, CEM, CMAES, ES, PGPE, SNES, XNES, AsyncEval
 from lit_sb3.cli.common import CliError, ExampleFormatter, check_env_id, make_env, require_module
 from lit_sb3.cli.gradient import GRADIENT_ALGORITHMS, injected_class, make_action_noise, make_multi_env
-from lit_sb3.cli.hyperparams import Hyperparams, algorithm_arguments, load_hyperparams
+from lit_sb3.cli.hyperparams import Hyperparams, algorithm_arguments, load_hyperparams, tuned_env_ids, tuned_file
 from lit_sb3.cli.recording import EpisodeRecorder, ProgressRecorder, TrainingRecorder
 from lit_sb3.population import PopulationAlgorithm
 
@@ -54,6 +54,22 @@ VecNormalize statistics).
 """
 
 
+def tuned_entries() -> str:
+    """:return: The help's list of the environments that have a tuned entry, per algorithm."""
+    lines = [f"  {name:<6} {', '.join(ids)}" for name in sorted(ALGORITHMS) if (ids := tuned_env_ids(name))]
+    return (
+        "\nTuned hyper-parameters, the learning study's settings (used when --hyperparams is not given; "
+        "--no-tuned: the defaults):\n" + "\n".join(lines) + "\n"
+    )
+
+
+def hyperparams_file(args: argparse.Namespace, algo_name: str) -> pathlib.Path | None:
+    """:return: The hyper-parameter file of the run: ``--hyperparams``, else the tuned entry's, else none."""
+    if args.hyperparams is not None:
+        return pathlib.Path(args.hyperparams)
+    return None if args.no_tuned else tuned_file(algo_name, args.env_id)
+
+
 def add_parser(commands: Any) -> None:
     """:param commands: The subparsers of the ``lit-sb3`` parser."""
     parser = commands.add_parser(
@@ -62,7 +78,7 @@ def add_parser(commands: Any) -> None:
         "environment",
         description="Train a population method, or a gradient agent with async episode collection, on a gymnasium "
         "environment.",
-        epilog=EXAMPLES,
+        epilog=EXAMPLES + tuned_entries(),
         formatter_class=ExampleFormatter,
     )
     parser.add_argument("algo", metavar="ALGO", help=f"one of {', '.join(sorted(ALGORITHMS | GRADIENT_ALGORITHMS))}")
@@ -107,7 +123,14 @@ def add_parser(commands: Any) -> None:
         "observations and rewards for gradient agents (as rl-zoo's normalize: true; saved in PATH.vecnormalize.pkl)",
     )
     parser.add_argument(
-        "--hyperparams", metavar="FILE", default=None, help="YAML hyper-parameters, rl-zoo's layout or one entry"
+        "--hyperparams",
+        metavar="FILE",
+        default=None,
+        help="YAML hyper-parameters, rl-zoo's layout or one entry (default: lit_sb3's tuned entry for ENV_ID if it "
+        "has one, see below)",
+    )
+    parser.add_argument(
+        "--no-tuned", action="store_true", help="the algorithm's own defaults even where lit_sb3 has a tuned entry"
     )
     parser.add_argument(
         "--save",
@@ -229,10 +252,11 @@ def run_train(args: argparse.Namespace) -> None:
         raise CliError("--workers must be 0 (this process) or more")
     if args.tensorboard_log is not None:
         require_module("tensorboard", "--tensorboard-log", "tensorboard")
+    source = hyperparams_file(args, algo_name)
     if algo_name in GRADIENT_ALGORITHMS:
-        training, total_timesteps = _gradient_training(args, algo_name)
+        training, total_timesteps = _gradient_training(args, algo_name, source)
     else:
-        training, total_timesteps = _population_training(args, algo_name)
+        training, total_timesteps = _population_training(args, algo_name, source)
     stem = output_stem(args.save, algo_name, args.env_id)
 
     interrupted = False
@@ -259,16 +283,16 @@ def run_train(args: argparse.Namespace) -> None:
         if recorder.records:
             recorder.plot(png_path, f"{training.label} on {args.env_id}, seed {args.seed}")
             outputs.append(("learning curve", png_path))
-    _print_summary(training, args, outputs, interrupted)
+    _print_summary(training, args, source, outputs, interrupted)
     if interrupted:
         raise SystemExit(130)
 
 
-def _population_training(args: argparse.Namespace, algo_name: str) -> tuple[Training, int]:
+def _population_training(args: argparse.Namespace, algo_name: str, source: pathlib.Path | None) -> tuple[Training, int]:
     algo_class = ALGORITHMS[algo_name]
     if args.policy is not None and args.policy not in POLICIES:
         raise CliError(f"--policy must be {' or '.join(POLICIES)} for {algo_class.__name__}, got {args.policy!r}")
-    hyperparams = load_hyperparams(args.hyperparams, args.env_id, algo_class) if args.hyperparams else Hyperparams()
+    hyperparams = load_hyperparams(source, args.env_id, algo_class) if source else Hyperparams()
     algo_kwargs = dict(hyperparams.algo_kwargs)
     if args.n_eval_episodes is not None:
         algo_kwargs["n_eval_episodes"] = args.n_eval_episodes
@@ -285,14 +309,12 @@ def _population_training(args: argparse.Namespace, algo_name: str) -> tuple[Trai
     return PopulationTraining(model, recorder, env_fn, args.workers), total_timesteps
 
 
-def _gradient_training(args: argparse.Namespace, algo_name: str) -> tuple[Training, int]:
+def _gradient_training(args: argparse.Namespace, algo_name: str, source: pathlib.Path | None) -> tuple[Training, int]:
     if args.n_eval_episodes is not None:
         raise CliError(f"--n-eval-episodes is for the population methods ({', '.join(sorted(ALGORITHMS))})")
     algo_class = injected_class(algo_name)
     hyperparams = (
-        load_hyperparams(args.hyperparams, args.env_id, algo_class, reward_normalization=True)
-        if args.hyperparams
-        else Hyperparams()
+        load_hyperparams(source, args.env_id, algo_class, reward_normalization=True) if source else Hyperparams()
     )
     normalize_kwargs = hyperparams.normalize_kwargs
     if args.normalize and normalize_kwargs is None:
@@ -340,13 +362,18 @@ def _build_model(
 
 
 def _print_summary(
-    training: Training, args: argparse.Namespace, outputs: list[tuple[str, pathlib.Path]], interrupted: bool
+    training: Training,
+    args: argparse.Namespace,
+    source: pathlib.Path | None,
+    outputs: list[tuple[str, pathlib.Path]],
+    interrupted: bool,
 ) -> None:
     model, recorder = training.model, training.recorder
     wall_time = recorder.wall_time_s
     rows = [
         ["algorithm", training.label + (" (interrupted)" if interrupted else "")],
         ["environment", args.env_id],
+        ["hyper-parameters", "the algorithm's defaults" if source is None else str(source)],
         [training.runs_on_label, training.runs_on],
         ["env steps", f"{model.num_timesteps:,}"],
         ["wall time", f"{wall_time:.1f} s"],

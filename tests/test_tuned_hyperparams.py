@@ -1,0 +1,94 @@
+"""The hyper-parameter files shipped with lit_sb3: every entry is a configuration the learning study ran, and
+``lit-sb3 train`` uses it when no file is given."""
+
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+import sys
+from collections.abc import Iterator
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from lit_sb3 import CMAES
+from lit_sb3.cli import main
+from lit_sb3.cli.hyperparams import TUNED_FOLDER, load_hyperparams, tuned_env_ids
+from lit_sb3.cli.train import ALGORITHMS
+
+BENCHMARKS = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
+#: The learning study's configuration behind each shipped entry, by (algorithm, environment id).
+STUDY_CONFIGURATIONS = {
+    ("ars", "HalfCheetah-v5"): "ars-update-every-3",
+    ("ars", "Hopper-v5"): "ars",
+    ("ars", "Swimmer-v5"): "ars-sample-std",
+    ("cmaes", "HalfCheetah-v5"): "cmaes",
+    ("cmaes", "Swimmer-v5"): "cmaes",
+    ("snes", "Swimmer-v5"): "snes",
+    ("xnes", "Swimmer-v5"): "xnes",
+    ("cem", "Swimmer-v5"): "cem",
+    ("es", "Swimmer-v5"): "es",
+}
+STUDY_TASKS = {"HalfCheetah-v5": "halfcheetah", "Hopper-v5": "hopper", "Swimmer-v5": "swimmer"}
+
+
+@pytest.fixture(scope="module")
+def learning_study() -> Iterator[ModuleType]:
+    """The study script as a module (registered while it runs: its dataclasses look their module up)."""
+    sys.path.insert(0, str(BENCHMARKS))  # the study imports its sibling module learning.py
+    spec = importlib.util.spec_from_file_location("learning_study", BENCHMARKS / "learning_study.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["learning_study"] = module
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+        del sys.modules["learning_study"]
+
+
+def test_every_shipped_entry_is_named_here() -> None:
+    shipped = {(path.stem, env_id) for path in TUNED_FOLDER.glob("*.yml") for env_id in tuned_env_ids(path.stem)}
+    assert shipped == set(STUDY_CONFIGURATIONS)
+    assert {path.stem for path in TUNED_FOLDER.glob("*.yml")} <= set(ALGORITHMS)
+
+
+@pytest.mark.parametrize(("algo_name", "env_id"), sorted(STUDY_CONFIGURATIONS))
+def test_a_shipped_entry_is_what_the_study_ran(
+    algo_name: str, env_id: str, learning_study: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    study = learning_study
+    built: dict[str, Any] = {}
+
+    def record(name: str) -> Any:
+        return lambda policy, env, seed, **kwargs: built.update(name=name, policy=policy, kwargs=kwargs)
+
+    for name in ("ARS", "CMAES", "SNES", "XNES", "CEM", "ES"):
+        monkeypatch.setattr(study, name, record(name))
+    configuration = study.CONFIGS[STUDY_CONFIGURATIONS[algo_name, env_id]]
+    task = study.TASKS[STUDY_TASKS[env_id]]
+    configuration.make_model(task, None, 0)
+    entry = load_hyperparams(TUNED_FOLDER / f"{algo_name}.yml", env_id, ALGORITHMS[algo_name])
+    assert built["name"] == ALGORITHMS[algo_name].__name__
+    assert (entry.policy, entry.algo_kwargs) == (built["policy"], built["kwargs"])
+    normalized = configuration.normalize if configuration.normalize is not None else task.task.normalize
+    assert entry.normalize_kwargs == ({"norm_obs": True, "norm_reward": False} if normalized else None)
+    assert entry.n_timesteps is not None and entry.n_timesteps <= task.task.budget
+
+
+def test_train_uses_the_tuned_entry_unless_told_not_to(
+    capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path
+) -> None:
+    for extra, expected in ((), (0.1, 32)), (("--no-tuned",), None):
+        stem = tmp_path / f"cmaes{len(extra)}"
+        arguments = ["train", "cmaes", "Swimmer-v5", "--total-timesteps", "2000", "--workers", "0"]
+        status = main([*arguments, "--save", str(stem), "--no-progress-bar", *extra])
+        out, err = capsys.readouterr()
+        assert status in (0, None), err
+        model = CMAES.load(stem.with_suffix(".zip"))
+        if expected is None:
+            assert (model.sigma0, model.pop_size) != (0.1, 32) and "the algorithm's defaults" in out
+        else:
+            assert (model.sigma0, model.pop_size) == expected and str(TUNED_FOLDER / "cmaes.yml") in out
