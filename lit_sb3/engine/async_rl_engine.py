@@ -101,7 +101,7 @@ class AsyncRLEngine(BaseEngine):
                 ready = asked and self._wait_for_data(WAIT_SLICE)
             if ready:
                 with clock.busy():
-                    self._dataset = self._prepare_dataset()
+                    self._prepare_dataset()
                 asked = False
                 coordinator.notify_dataset_ready()
 

@@ -15,8 +15,10 @@ from typing import Any
 import numpy as np
 from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.logger import HumanOutputFormat, Logger, configure
+from stable_baselines3.common.save_util import load_from_pkl, save_to_pkl
+from stable_baselines3.common.vec_env import VecNormalize
 
-from lit_sb3.collection import AsyncCollector, CollectionPlan, policy_copy
+from lit_sb3.collection import AsyncCollector, CollectionPlan, Rollout, policy_copy
 from lit_sb3.engine.buffer import DataBuffer, ReplayData, RolloutQueue, SampledBatches
 from lit_sb3.engine.config import EngineConfig
 from lit_sb3.engine.env_group import EnvGroup
@@ -30,6 +32,7 @@ WAIT_SLICE = 0.05
 RETURN_WINDOW = 100
 #: Files of a checkpoint folder.
 ALGORITHM_FILE, REPLAY_FILE, COUNTERS_FILE = "algorithm.zip", "replay_buffer.pkl", "counters.json"
+ROLLOUTS_FILE, NORMALIZE_FILE = "queued_rollouts.pkl", "vecnormalize.pkl"
 
 
 @dataclass
@@ -39,10 +42,12 @@ class Dataset:
 
     :param data: On-policy: a filled SB3 ``RolloutBuffer``; off-policy: the batches of its gradient steps.
     :param env_steps: The algorithm's ``num_timesteps`` once it trains on it.
+    :param rollout: On-policy: the rollout ``data`` is of (a checkpoint keeps it while it is not trained on).
     """
 
     data: RolloutBuffer | SampledBatches
     env_steps: int
+    rollout: Rollout | None = None
 
 
 class BaseEngine(ABC):
@@ -55,6 +60,10 @@ class BaseEngine(ABC):
     :param policy_group: The algorithm being trained.
     :param buffer: A :class:`~lit_sb3.engine.buffer.RolloutQueue` on-policy, a
         :class:`~lit_sb3.engine.buffer.ReplayData` off-policy (``DataBuffer.for_algorithm`` picks it).
+
+    The algorithm may train on ``VecNormalize(env_group.env)``: its statistics are updated with the episodes taken
+    into the buffer, the workers normalise observations with them, evaluations use them frozen, and checkpoints
+    keep them.
     """
 
     def __init__(
@@ -81,6 +90,13 @@ class BaseEngine(ABC):
                 f"the env group's spaces (observation {env.observation_space}, action {env.action_space}) differ from "
                 f"the algorithm's (observation {algorithm.observation_space}, action {algorithm.action_space})"
             )
+        self.vec_normalize = algorithm.get_vec_normalize_env()
+        if self.vec_normalize is not None and self.vec_normalize.venv is not env:
+            raise ValueError(
+                "the algorithm's VecNormalize must wrap the env group's env itself, as in "
+                "PPO(policy, VecNormalize(env_group.env)); it wraps "
+                f"{type(self.vec_normalize.venv).__name__}"
+            )
         self.config = config
         self.env_group = env_group
         self.policy_group = policy_group
@@ -103,6 +119,9 @@ class BaseEngine(ABC):
         self._returns: deque[float] = deque(maxlen=RETURN_WINDOW)
         self._returns_lock = threading.Lock()
         self._dataset: Dataset | None = None
+        # Held while data moves between the collection, the buffer, the dataset and the counters, so that a
+        # checkpoint sees every step collected in exactly one place.
+        self._data_lock = threading.Lock()
         self._collector: AsyncCollector | None = None
         self._plan: CollectionPlan | None = None
         self._evaluator: AsyncEval | None = None
@@ -143,7 +162,7 @@ class BaseEngine(ABC):
         self._open()
         self._rollout_step()
         if self._wait_for_data(timeout=0):
-            self._dataset = self._prepare_dataset()
+            self._prepare_dataset()
             self._train_step()
             self._publish()
 
@@ -210,11 +229,12 @@ class BaseEngine(ABC):
             max_policy_lag=self.config.max_policy_lag,
             weight_sync_interval=self.config.weight_sync_interval,
             initial_version=policy_group.version,
+            vec_normalize=self.vec_normalize,
         )
         if self.config.eval_interval is not None:
             try:
                 self._evaluator = self.env_group.start_evaluator(
-                    policy_group.algorithm.policy, self.config.eval_episodes
+                    policy_group.algorithm.policy, self.config.eval_episodes, self.vec_normalize
                 )
                 self._evaluator.seed(self.seed)
             except BaseException:
@@ -227,14 +247,17 @@ class BaseEngine(ABC):
         buffer = self.buffer
         if isinstance(buffer, RolloutQueue):
             rollout = collector.next_rollout()
-            buffer.put(rollout)
+            with self._data_lock:
+                buffer.put(rollout)
+                self.collected_steps += rollout.length
             episodes = rollout.episodes
         else:
             assert isinstance(buffer, ReplayData)
-            episode = collector.next_episode()
-            buffer.add_episode(episode, collector.started_at)
+            with self._data_lock:  # the episode enters the statistics, the buffer and the counter at once
+                episode = collector.next_episode()
+                buffer.add_episode(episode, collector.started_at)
+                self.collected_steps += episode.length
             episodes = [episode]
-        self.collected_steps += sum(episode.length for episode in episodes)
         with self._returns_lock:
             self._returns.extend(episode.episode_return for episode in episodes)
 
@@ -254,25 +277,27 @@ class BaseEngine(ABC):
         assert isinstance(buffer, ReplayData)
         return buffer.wait_for_steps(self._steps_for_next_gradient_step(), timeout)
 
-    def _prepare_dataset(self) -> Dataset:
-        """:return: The next train step's data (after :meth:`_wait_for_data` said it is there)."""
+    def _prepare_dataset(self) -> None:
+        """Prepare the next train step's data (after :meth:`_wait_for_data` said it is there)."""
         buffer = self.buffer
-        if isinstance(buffer, RolloutQueue):
-            rollout = buffer.take()
-            return Dataset(rollout.buffer, self.num_timesteps + rollout.length)
-        assert isinstance(buffer, ReplayData) and self.replay_ratio is not None
-        collected = buffer.collected_steps
-        owed = gradient_steps_owed(collected, self.policy_group.learning_starts, self.replay_ratio, self.gradient_steps)
-        algorithm: Any = self.policy_group.algorithm
-        batches = buffer.draw(owed, self.batch_size, env=algorithm._vec_normalize_env)
-        self.gradient_steps += owed
-        return Dataset(batches, collected)
+        with self._data_lock:
+            if isinstance(buffer, RolloutQueue):
+                rollout = buffer.take()
+                self._dataset = Dataset(rollout.buffer, self.num_timesteps + rollout.length, rollout)
+                return
+            assert isinstance(buffer, ReplayData) and self.replay_ratio is not None
+            collected = buffer.collected_steps
+            learning_starts = self.policy_group.learning_starts
+            owed = gradient_steps_owed(collected, learning_starts, self.replay_ratio, self.gradient_steps)
+            batches = buffer.draw(owed, self.batch_size, env=self.vec_normalize)
+            self.gradient_steps += owed
+            self._dataset = Dataset(batches, collected)
 
     def _train_step(self) -> None:
         """Train on the prepared dataset; log and checkpoint when due."""
-        dataset = self._dataset
+        with self._data_lock:
+            dataset, self._dataset = self._dataset, None
         assert dataset is not None
-        self._dataset = None
         policy_group = self.policy_group
         config = self.config
         if config.total_env_steps is not None:
@@ -310,6 +335,11 @@ class BaseEngine(ABC):
         interval = self.config.eval_interval
         assert evaluator is not None and interval is not None and self._next_evaluation is not None
         at_steps = self.collected_steps
+        if self.vec_normalize is not None and self.vec_normalize.norm_obs:
+            assert self._collector is not None and self._collector.statistics is not None
+            obs_rms = self._collector.statistics.observation_statistics()
+            assert obs_rms is not None
+            evaluator.sync_obs_rms(obs_rms)
         evaluator.send_jobs(snapshot.policy[None], 1)
         ((_, (returns, _lengths)),) = evaluator.get_results()
         returns = np.atleast_1d(np.asarray(returns, dtype=float))
@@ -359,23 +389,36 @@ class BaseEngine(ABC):
 
     def save_checkpoint(self, folder: Path) -> Path:
         """
-        Save the algorithm (policy, optimisers), the replay buffer (off-policy) and the engine's counters.
+        Save the algorithm (policy, optimisers), the replay buffer (off-policy), the rollouts collected and not yet
+        trained on (on-policy: queued, or prepared for the next train step), the ``VecNormalize`` statistics and
+        the engine's counters. Off-policy, batches drawn for a train step not yet done are drawn again on resume.
 
         :param folder: The checkpoint's folder (created).
         :return: ``folder``.
         """
         folder.mkdir(parents=True, exist_ok=True)
         self.policy_group.save(folder / ALGORITHM_FILE)
-        if isinstance(self.buffer, ReplayData):
-            self.buffer.save(folder / REPLAY_FILE)
-        counters = {
-            "train_steps": self.train_steps,
-            "num_timesteps": self.num_timesteps,
-            "collected_steps": self.collected_steps,
-            "gradient_steps": self.gradient_steps,
-            "next_evaluation": self._next_evaluation,
-            "seed": self.seed,
-        }
+        with self._data_lock:
+            pending = self._dataset
+            gradient_steps = self.gradient_steps
+            if isinstance(self.buffer, ReplayData):
+                self.buffer.save(folder / REPLAY_FILE)
+                if pending is not None:
+                    gradient_steps -= len(pending.data)  # type: ignore[arg-type]  # SampledBatches off-policy
+            else:
+                assert isinstance(self.buffer, RolloutQueue)
+                untrained = [pending.rollout] if pending is not None and pending.rollout is not None else []
+                save_to_pkl(folder / ROLLOUTS_FILE, untrained + self.buffer.queued())
+            if self.vec_normalize is not None:
+                self.vec_normalize.save(str(folder / NORMALIZE_FILE))
+            counters = {
+                "train_steps": self.train_steps,
+                "num_timesteps": self.num_timesteps,
+                "collected_steps": self.collected_steps,
+                "gradient_steps": gradient_steps,
+                "next_evaluation": self._next_evaluation,
+                "seed": self.seed,
+            }
         (folder / COUNTERS_FILE).write_text(json.dumps(counters))
         return folder
 
@@ -392,9 +435,23 @@ class BaseEngine(ABC):
         if self._collector is not None:
             raise RuntimeError("load_checkpoint() must come before warm_up() or run()")
         counters = json.loads(counters_file.read_text())
+        normalize_file = folder / NORMALIZE_FILE
+        if normalize_file.is_file() != (self.vec_normalize is not None):
+            raise ValueError(
+                f"checkpoint {folder} was saved {'with' if normalize_file.is_file() else 'without'} VecNormalize "
+                f"statistics, and this engine's algorithm trains {'without' if self.vec_normalize is None else 'with'}"
+                " them"
+            )
         self.policy_group.load(folder / ALGORITHM_FILE, counters["train_steps"])
         if isinstance(self.buffer, ReplayData):
             self.buffer.load(folder / REPLAY_FILE, counters["collected_steps"])
+        else:
+            assert isinstance(self.buffer, RolloutQueue)
+            rollouts_file = folder / ROLLOUTS_FILE
+            self.buffer.restore(load_from_pkl(rollouts_file) if rollouts_file.is_file() else [])
+        if self.vec_normalize is not None:
+            saved = VecNormalize.load(str(normalize_file), self.env_group.env)
+            self.vec_normalize.obs_rms, self.vec_normalize.ret_rms = saved.obs_rms, saved.ret_rms
         self.policy_group.algorithm.num_timesteps = counters["num_timesteps"]
         self.collected_steps = counters["collected_steps"]
         self.gradient_steps = counters["gradient_steps"]

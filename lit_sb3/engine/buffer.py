@@ -90,6 +90,19 @@ class RolloutQueue(DataBuffer):
         with self._condition:
             return self._rollouts.popleft()
 
+    def queued(self) -> list[Rollout]:
+        """:return: The rollouts waiting, oldest first."""
+        with self._condition:
+            return list(self._rollouts)
+
+    def restore(self, rollouts: list[Rollout]) -> None:
+        """:param rollouts: What :meth:`queued` gave when a checkpoint was saved: they are taken first."""
+        if not all(isinstance(rollout, Rollout) for rollout in rollouts):
+            raise TypeError("restore() takes the rollouts of a checkpoint")
+        with self._condition:
+            self._rollouts.extendleft(reversed(rollouts))
+            self._condition.notify_all()
+
 
 class SampledBatches:
     """

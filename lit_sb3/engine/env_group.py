@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 
 import gymnasium as gym
 from stable_baselines3.common.policies import BasePolicy
-from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
+from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecNormalize
 
 from lit_sb3.checks import check_non_negative_int, check_positive_int
 from lit_sb3.collection import AsyncCollector, CollectionPlan, Progress
@@ -73,6 +73,7 @@ class EnvGroup:
         max_policy_lag: int | None,
         weight_sync_interval: float,
         initial_version: int,
+        vec_normalize: VecNormalize | None = None,
     ) -> AsyncCollector:
         """
         :param policy: A copy of the trainer's policy (copied to the workers; its weights act until the first
@@ -82,6 +83,7 @@ class EnvGroup:
         :param max_policy_lag: Episodes older than this many versions when assembled are dropped; None for no bound.
         :param weight_sync_interval: Least seconds between two weight publications.
         :param initial_version: The version of ``policy``'s weights.
+        :param vec_normalize: The algorithm's ``VecNormalize`` around :attr:`env`, if any.
         :return: The started collection.
         """
         return AsyncCollector(
@@ -99,17 +101,32 @@ class EnvGroup:
             max_policy_lag=max_policy_lag,
             max_restarts=self.max_restarts,
             initial_version=initial_version,
+            vec_normalize=vec_normalize,
         )
 
-    def start_evaluator(self, policy: BasePolicy, n_episodes: int) -> AsyncEval:
+    def start_evaluator(
+        self, policy: BasePolicy, n_episodes: int, vec_normalize: VecNormalize | None = None
+    ) -> AsyncEval:
         """
         :param policy: The policy whose flat weight vectors are evaluated.
         :param n_episodes: Episodes per evaluation.
+        :param vec_normalize: The algorithm's ``VecNormalize``, if any: with normalised observations, the evaluation
+            environments normalise them too, with statistics the engine syncs and never updates, and raw rewards.
         :return: Evaluation workers of the same backend as the collection.
         """
-        envs_fn: list[Callable[[], VecEnv]] = [functools.partial(_vec_env, self.eval_env_fn)] * self.n_eval_workers
+        normalize = None
+        if vec_normalize is not None and vec_normalize.norm_obs:
+            normalize = (vec_normalize.clip_obs, vec_normalize.epsilon)
+        envs_fn: list[Callable[[], VecEnv]] = [
+            functools.partial(_vec_env, self.eval_env_fn, normalize)
+        ] * self.n_eval_workers
         return AsyncEval(envs_fn, policy, n_eval_episodes=n_episodes, backend=self.workers.backend)
 
 
-def _vec_env(env_fn: Callable[[], gym.Env]) -> VecEnv:
-    return DummyVecEnv([env_fn])
+def _vec_env(env_fn: Callable[[], gym.Env], normalize: tuple[float, float] | None) -> VecEnv:
+    """:param normalize: ``VecNormalize``'s ``clip_obs`` and ``epsilon``, or None for raw observations."""
+    env = DummyVecEnv([env_fn])
+    if normalize is None:
+        return env
+    clip_obs, epsilon = normalize
+    return VecNormalize(env, training=False, norm_reward=False, clip_obs=clip_obs, epsilon=epsilon)

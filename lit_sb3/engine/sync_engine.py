@@ -34,7 +34,7 @@ class SyncRLEngine(BaseEngine):
         """Prepare the next train step's data, if the buffer holds enough."""
         with self._clock("dataset").busy():
             if self._wait_for_data(timeout=0):
-                self._dataset = self._prepare_dataset()
+                self._prepare_dataset()
 
     def train(self) -> None:
         """Train one step on the prepared dataset (if any) and publish the new weights to the workers."""
