@@ -1023,7 +1023,8 @@ def figures(runs_file: str, folder: str) -> None:
             present = np.isfinite(returns).any(axis=0)
             with np.errstate(all="ignore"):
                 low, q25, median, q75, high = np.nanpercentile(returns[:, present], [0, 25, 50, 75, 100], axis=0)
-            (line,) = axes.plot(grid[present], median, label=f"{LABELS[config_name]} ({len(group)} seeds)")
+            seeds = f"{len(group)} seed{'s' if len(group) > 1 else ''}"
+            (line,) = axes.plot(grid[present], median, label=f"{LABELS[config_name]} ({seeds})")
             axes.fill_between(grid[present], q25, q75, color=line.get_color(), alpha=0.3, linewidth=0)
             axes.fill_between(grid[present], low, high, color=line.get_color(), alpha=0.1, linewidth=0)
         axes.axhline(task.threshold, color="black", linestyle="--", linewidth=1, label=f"threshold {task.threshold:g}")

@@ -123,7 +123,14 @@ def render_results() -> object:
 def test_benchmark_tables_match_their_result_files() -> None:
     renderer = render_results()
     results = renderer.load_results()  # type: ignore[attr-defined]
-    assert sorted(results) == ["asynceval_vs_sb3contrib", "engine", "gradient_agents", "learning_study", "ray_backend"]
+    assert sorted(results) == [
+        "asynceval_vs_sb3contrib",
+        "engine",
+        "gradient_agents",
+        "learning_study",
+        "learning_study_mujoco",
+        "ray_backend",
+    ]
     assert renderer.stale_pages(PAGES, results) == []  # type: ignore[attr-defined]
     rendered = "".join(page.read_text() for page in PAGES)
     for name, result in results.items():
