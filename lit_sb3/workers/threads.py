@@ -3,6 +3,7 @@ without the start-up cost or copies of replies (arguments are still pickled, so 
 
 from __future__ import annotations
 
+import sys
 import threading
 import traceback
 from abc import abstractmethod
@@ -11,6 +12,45 @@ from typing import Any
 
 from lit_sb3.workers.backend import Backend, WorkerHandle
 from lit_sb3.workers.worker import run_worker
+
+#: Seconds between the interpreter's forced thread switches while worker threads run (Python's default: 0.005).
+#: A thread that gave the GIL up (the trainer, in each torch operation that releases it) waits up to this long
+#: for a busy worker thread to hand it back.
+WORKER_SWITCH_INTERVAL = 0.0005
+
+
+class SwitchInterval:
+    """
+    Shortens ``sys.setswitchinterval`` while any worker thread runs, and puts the value it found back when the last
+    one ends.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._holders = 0
+        self._saved = 0.0
+
+    @property
+    def holders(self) -> int:
+        """Worker threads running."""
+        return self._holders
+
+    def hold(self) -> None:
+        with self._lock:
+            if self._holders == 0:
+                self._saved = sys.getswitchinterval()
+                sys.setswitchinterval(min(self._saved, WORKER_SWITCH_INTERVAL))
+            self._holders += 1
+
+    def release(self) -> None:
+        with self._lock:
+            self._holders -= 1
+            if self._holders == 0:
+                sys.setswitchinterval(self._saved)
+
+
+#: The interval of every worker thread of this process.
+SWITCH_INTERVAL = SwitchInterval()
 
 
 class MessagePipe:
@@ -121,7 +161,12 @@ class ThreadWorker(NotifyingHandle):
         self.thread = threading.Thread(
             target=self._run, args=(app_factory,), name=f"lit-sb3-worker-{worker_index}", daemon=True
         )
-        self.thread.start()
+        SWITCH_INTERVAL.hold()
+        try:
+            self.thread.start()
+        except BaseException:
+            SWITCH_INTERVAL.release()
+            raise
 
     def _run(self, app_factory: bytes) -> None:
         try:
@@ -129,6 +174,7 @@ class ThreadWorker(NotifyingHandle):
         except BaseException:  # a failure of the loop itself: the pool sees a dead worker and this traceback
             self.failure = traceback.format_exc()
         finally:
+            SWITCH_INTERVAL.release()
             with self._activity:
                 self._activity.notify_all()
 
@@ -167,7 +213,11 @@ class ThreadWorker(NotifyingHandle):
 
 
 class ThreadBackend(NotifiedBackend):
-    """Workers as threads of this process (``use_mp=False``)."""
+    """
+    Workers as threads of this process (``use_mp=False``). While worker threads run, the interpreter switches
+    threads every :data:`WORKER_SWITCH_INTERVAL` seconds, so that a thread waiting for the GIL (the trainer) is not
+    held up by a worker thread's pure-Python steps for Python's default 5 ms.
+    """
 
     name = "threads"
 
