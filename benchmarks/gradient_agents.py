@@ -12,11 +12,13 @@ the end of ``learn()``. ``lit_sb3 threads`` and ``lit_sb3 processes`` run at def
   steps/s against ``SubprocVecEnv``.
 - SAC Pendulum-v1, one env, one gradient step per env step: env steps/s and wall time until the mean return of the
   last 10 episodes reaches -250.
+- PPO Pendulum-v1 with rl-zoo's settings (4 envs, ``n_steps=1024``, gSDE), 100k steps: env steps/s and wall time
+  until the mean return of the last 20 episodes reaches -250.
 
 Reference: ``pip install --no-deps async-gym-agents==0.5.0`` in the benchmark's environment (not a dependency of
 lit_sb3); without it its rows are left out. Torch runs one thread everywhere (workers share the cores).
 
-Usage: ``python benchmarks/gradient_agents.py`` (about 40 minutes; ``--quick`` for one seed and small budgets;
+Usage: ``python benchmarks/gradient_agents.py`` (about an hour; ``--quick`` for one seed and small budgets;
 ``--only CONFIGURATION ...`` for some rows and their plain SB3 references).
 """
 
@@ -57,6 +59,20 @@ class SleepyCartPole(CartPoleEnv):
 def monitored(env_fn: Callable[[], gym.Env]) -> gym.Env:
     """:return: The environment in a ``Monitor`` (a module-level function: the reference pickles factories)."""
     return Monitor(env_fn())
+
+
+#: rl-baselines3-zoo's hyperparams/ppo.yml entry for Pendulum-v1 (its n_envs is 4, its n_timesteps 1e5).
+RL_ZOO_PPO_PENDULUM: dict[str, Any] = {
+    "n_steps": 1024,
+    "gae_lambda": 0.95,
+    "gamma": 0.9,
+    "n_epochs": 10,
+    "ent_coef": 0.0,
+    "learning_rate": 1e-3,
+    "clip_range": 0.2,
+    "use_sde": True,
+    "sde_sample_freq": 4,
+}
 
 
 @dataclass
@@ -193,6 +209,8 @@ def main() -> None:
         Case("PPO sleepy CartPole (2 ms/step), 8 envs", PPO, SleepyCartPole, 8, ppo, int(20_480 * scale), None, 20),
         Case("SAC Pendulum-v1, 1 env", SAC, partial(gym.make, "Pendulum-v1"), 1,
              {"learning_rate": 1e-3}, int(12_000 * scale), -250, 10),
+        Case("PPO Pendulum-v1 gSDE (rl-zoo), 4 envs", PPO, partial(gym.make, "Pendulum-v1"), 4, RL_ZOO_PPO_PENDULUM,
+             int(100_000 * scale), -250, 20),
     ]  # fmt: skip
     ours = ["lit_sb3 threads", "lit_sb3 processes"]  # default arguments
     one_per_env = ["lit_sb3 threads, one worker per env", "lit_sb3 processes, one worker per env"]

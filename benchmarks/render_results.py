@@ -118,10 +118,13 @@ def headline_engine(result: Result) -> str:
 def headline_learning(result: Result) -> str:
     cmaes = row(result, "learning_study", task="halfcheetah", configuration="lit_sb3 CMAES")
     ars = row(result, "learning_study", task="halfcheetah", configuration="lit_sb3 ARS")
+    es = row(result, "learning_study", task="halfcheetah", configuration="lit_sb3 ES")
+    cem = row(result, "learning_study", task="halfcheetah", configuration="lit_sb3 CEM")
     return (
         f"- **Learning**: HalfCheetah-v5 to 3430 in a median {cmaes['steps_to_threshold'][0] / 1e6:.1f}M env steps "
         f"with CMAES ({cmaes['reached']} seeds) and {ars['steps_to_threshold'][0] / 1e6:.1f}M with ARS V2-t "
-        f"({ars['reached']}) ({result.date})."
+        f"({ars['reached']}); ES and CEM at the study's settings do not reach it: {es['return_at_budget']} and "
+        f"{cem['return_at_budget']} at {es['fixed_budget']} steps ({result.date})."
     )
 
 

@@ -5,7 +5,8 @@ For a few observations at a time, the cost of acting is torch's per-call overhea
 of the 64x64 actor-critic took 375 us through ``policy(obs)``, 178 us through :func:`sample_on_policy` and about
 40 us through :class:`NumpyActorCritic` here. The numpy path computes the same values and log-probabilities to
 float32 rounding (a probe on random weights checks it for each policy); its actions are drawn from each episode's
-own generator.
+own generator. Policies with generalised state-dependent exploration (gSDE) have their numpy path too
+(:class:`NumpyStateDependentActorCritic`): each episode draws its exploration matrix from its own generator.
 """
 
 from __future__ import annotations
@@ -15,7 +16,11 @@ import math
 import numpy as np
 import torch as th
 from gymnasium import spaces
-from stable_baselines3.common.distributions import CategoricalDistribution, DiagGaussianDistribution
+from stable_baselines3.common.distributions import (
+    CategoricalDistribution,
+    DiagGaussianDistribution,
+    StateDependentNoiseDistribution,
+)
 from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.preprocessing import is_image_space
 from stable_baselines3.common.torch_layers import FlattenExtractor, MlpExtractor
@@ -186,3 +191,135 @@ class NumpyActorCritic:
 def _logsumexp(logits: np.ndarray) -> np.ndarray:
     largest = logits.max(axis=1, keepdims=True)
     return largest + np.log(np.exp(logits - largest).sum(axis=1, keepdims=True))
+
+
+def _simple_actor_critic(policy: ActorCriticPolicy) -> bool:
+    """Whether the policy is ``ActorCriticPolicy``'s own network on flat ``Box`` observations (no images)."""
+    observation_space = policy.observation_space
+    return (
+        type(policy).forward is ActorCriticPolicy.forward
+        and isinstance(observation_space, spaces.Box)
+        and not (policy.normalize_images and is_image_space(observation_space))
+        and type(policy.mlp_extractor) is MlpExtractor
+        and type(policy.pi_features_extractor) is FlattenExtractor
+        and type(policy.vf_features_extractor) is FlattenExtractor
+    )
+
+
+class NumpyStateDependentActorCritic:
+    """
+    Generalised state-dependent exploration (gSDE; Raffin, Kober and Stulp 2021, Stable-Baselines3's
+    ``StateDependentNoiseDistribution``) of an ``ActorCriticPolicy`` in float32 numpy, for the same policies as
+    :class:`NumpyActorCritic` without a squashing ``tanh``. With the actor's latent features ``z`` (the last hidden
+    layer), the mean ``mu = W z + b`` and an exploration matrix ``E`` drawn per episode from ``N(0, sigma^2)``
+    (``sigma = exp(log_std)``, or SB3's ``expln``; one column repeated without ``full_std``)::
+
+        action   = mu + z E
+        log_prob = sum_j log N(action_j; mu_j, sqrt((z^2 sigma^2)_j + epsilon))
+
+    :param policy: The policy (its parameters' order is that of the flat weight vectors to :meth:`load`).
+    :param offsets: Where its parameters start in that vector (:func:`parameter_offsets`).
+    :param latent: The actor's hidden layers (none: the observation is the latent).
+    :param mean: The layer from the latent to the mean action.
+    :param critic: The layers from the observation to the value.
+    """
+
+    def __init__(
+        self,
+        policy: ActorCriticPolicy,
+        offsets: dict[int, int],
+        latent: list[DenseLayer],
+        mean: list[DenseLayer],
+        critic: list[DenseLayer],
+    ) -> None:
+        distribution = policy.action_dist
+        assert isinstance(distribution, StateDependentNoiseDistribution)
+        self.latent = LayerStack(latent, 1, shared_weights=True) if latent else None
+        self.mean = LayerStack(mean, 1, shared_weights=True)
+        self.critic = LayerStack(critic, 1, shared_weights=True)
+        self.use_expln = distribution.use_expln
+        self.epsilon = np.float32(distribution.epsilon)
+        self.log_std_offset = offsets[id(policy.log_std)]
+        self.log_std_shape = tuple(policy.log_std.shape)
+        self.action_shape = policy.action_space.shape or ()
+        self.action_size = math.prod(self.action_shape)
+        self._std = np.zeros((self.log_std_shape[0], self.action_size), np.float32)
+
+    @classmethod
+    def for_policy(cls, policy: ActorCriticPolicy) -> NumpyStateDependentActorCritic | None:
+        """
+        :param policy: An on-policy algorithm's policy.
+        :return: Its numpy counterpart, loaded with its weights, or None if it does not use gSDE, is not of that
+            shape, squashes its actions, or a :class:`~lit_sb3.evaluation.policy_kernels.KernelProbe` does not
+            reproduce it.
+        """
+        distribution = policy.action_dist
+        if (
+            not isinstance(distribution, StateDependentNoiseDistribution)
+            or distribution.bijector is not None
+            or not _simple_actor_critic(policy)
+        ):
+            return None
+        offsets = parameter_offsets(policy)
+        extractor = policy.mlp_extractor
+        latent = dense_layers(module_sequence(extractor.policy_net), offsets)
+        mean = dense_layers([policy.action_net], offsets)
+        critic = dense_layers([*module_sequence(extractor.value_net), policy.value_net], offsets)
+        if latent is None or mean is None or not critic or len(mean) != 1 or mean[0].activation is not None:
+            return None
+        if critic[-1].activation is not None:
+            return None
+        acting = cls(policy, offsets, latent, mean, critic)
+        if not acting._reproduces(policy):
+            return None
+        acting.load(th.nn.utils.parameters_to_vector(policy.parameters()).detach().double().numpy())
+        return acting
+
+    def load(self, weights: np.ndarray) -> None:
+        """:param weights: The policy's flat parameter vector."""
+        if self.latent is not None:
+            self.latent.load(weights)
+        self.mean.load(weights)
+        self.critic.load(weights)
+        size = math.prod(self.log_std_shape)
+        log_std = weights[self.log_std_offset : self.log_std_offset + size].astype(np.float32)
+        log_std = log_std.reshape(self.log_std_shape)
+        if self.use_expln:  # SB3's expln: exp below zero, log(1 + x) + 1 above, so the std grows slowly
+            std = np.where(log_std <= 0, np.exp(np.minimum(log_std, 0)), np.log1p(np.maximum(log_std, 0)) + 1)
+        else:
+            std = np.exp(log_std)
+        self._std = np.broadcast_to(std, (self.log_std_shape[0], self.action_size)).astype(np.float32)
+
+    def exploration_matrix(self, generator: np.random.Generator) -> np.ndarray:
+        """:return: An exploration matrix drawn from the current standard deviations with ``generator``."""
+        return generator.standard_normal(self._std.shape, dtype=np.float32) * self._std
+
+    def act(self, observations: np.ndarray, matrices: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """
+        :param observations: A batch of observations.
+        :param matrices: The exploration matrix of each observation's episode.
+        :return: Actions (shaped as the action space, batched), values and log-probabilities.
+        """
+        inputs = np.asarray(observations, dtype=np.float32).reshape(len(observations), -1)
+        values = self.critic.forward(inputs)[:, 0].copy()
+        latent = inputs if self.latent is None else self.latent.forward(inputs).copy()
+        mean = self.mean.forward(latent).copy()
+        noise = np.einsum("bi,bij->bj", latent, np.stack(matrices))
+        actions = mean + noise
+        scale = np.sqrt((latent**2) @ (self._std**2) + self.epsilon)
+        log_probs = (-0.5 * (noise / scale) ** 2 - np.log(scale) - np.float32(_LOG_SQRT_2PI)).sum(axis=1)
+        return actions.reshape(len(actions), *self.action_shape), values, log_probs
+
+    def _reproduces(self, policy: ActorCriticPolicy) -> bool:
+        """Whether this gives the torch policy's values and log-probabilities on a probe."""
+        probe = KernelProbe.of(policy)
+        self.load(probe.weights)
+        generator = np.random.default_rng(0)
+        matrices = [self.exploration_matrix(generator) for _ in probe.observations]
+        actions, values, log_probs = self.act(probe.observations, matrices)
+        assert isinstance(probe.policy, ActorCriticPolicy)
+        with th.no_grad():
+            expected_values, expected_log_probs, _ = probe.policy.evaluate_actions(
+                th.as_tensor(probe.observations), th.as_tensor(actions)
+            )
+        return probe.matches(values, expected_values.flatten()) and probe.matches(log_probs, expected_log_probs)

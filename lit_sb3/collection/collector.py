@@ -24,6 +24,7 @@ from lit_sb3.collection.lockstep import LockstepEpisodeWorker
 from lit_sb3.collection.rollout import Rollout, RolloutSpec
 from lit_sb3.collection.statistics import NormalizationStatistics
 from lit_sb3.collection.weights import WeightBoard
+from lit_sb3.evaluation.policy_kernels import policy_copy
 from lit_sb3.workers.choice import BackendChoice
 from lit_sb3.workers.pool import WorkerPool
 from lit_sb3.workers.stream import Stream, StreamItem
@@ -325,14 +326,3 @@ class _WorkerFactory:
             version=self.version,
             limits_in_flight=self.limits_in_flight,  # never for lockstep collection (its budget is None)
         )
-
-
-def policy_copy(policy: BasePolicy) -> BasePolicy:
-    """
-    :param policy: The trainer's policy.
-    :return: A new policy of the same class and arguments with the same weights, on the CPU (built as
-        Stable-Baselines3 rebuilds a saved policy: a deep copy fails on gSDE's sampled noise tensors).
-    """
-    copied = type(policy)(**policy._get_constructor_parameters())
-    copied.load_state_dict(policy.state_dict())
-    return copied.to("cpu")

@@ -16,7 +16,7 @@ from gymnasium import spaces
 from stable_baselines3.common.noise import ActionNoise, VectorizedActionNoise
 from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
 
-from lit_sb3.collection.acting import NumpyActorCritic, sample_on_policy
+from lit_sb3.collection.acting import NumpyActorCritic, NumpyStateDependentActorCritic, sample_on_policy
 from lit_sb3.collection.envs import owns_env
 from lit_sb3.collection.episodes import ActingSpec, EpisodePacket, Progress, collection_seed
 from lit_sb3.collection.stepping import EnvStepper, StepOutcome
@@ -65,6 +65,9 @@ class EnvironmentRun:
     rollout: int = 0
     rollout_steps: int = 0
     generator: th.Generator | None = None
+    #: gSDE on the numpy path: the episode's exploration matrix (drawn from ``rng`` when it first acts, and again
+    #: whenever the worker resamples the noise).
+    exploration_matrix: np.ndarray | None = None
 
     def begin_episode(self, observation: Any, first_version: int) -> None:
         """
@@ -77,6 +80,7 @@ class EnvironmentRun:
         self.observations, self.actions, self.rewards = [observation], [], []
         self.acted_observations, self.values, self.log_probs, self.infos = [], [], [], []
         self.random_steps = 0
+        self.exploration_matrix = None
         if self.noise is not None:
             self.noise.reset()
 
@@ -169,6 +173,12 @@ class EpisodeWorker(WorkerApp):
             if free_running and isinstance(self.policy, ActorCriticPolicy)
             else None
         )
+        free_running_sde = spec.on_policy and spec.lockstep_steps is None and spec.use_sde
+        self._numpy_sde = (
+            NumpyStateDependentActorCritic.for_policy(self.policy)
+            if free_running_sde and isinstance(self.policy, ActorCriticPolicy)
+            else None
+        )
 
     @property
     def slot_count(self) -> int:
@@ -193,6 +203,8 @@ class EpisodeWorker(WorkerApp):
                 load_flat_weights(self.acting, weights)
                 if self._numpy_acting is not None:
                     self._numpy_acting.load(weights)
+                if self._numpy_sde is not None:
+                    self._numpy_sde.load(weights)
                 self.version = version
                 self._resample_noise()
         return self.version
@@ -303,7 +315,11 @@ class EpisodeWorker(WorkerApp):
 
     def _resample_noise(self) -> None:
         active = self._active()
-        if self.spec.use_sde and active:
+        if self._numpy_sde is not None:
+            for run in active:
+                run.exploration_matrix = self._numpy_sde.exploration_matrix(run.rng)
+            self._steps_since_noise = 0
+        elif self.spec.use_sde and active:
             self.policy.reset_noise(len(active))  # type: ignore[operator]
             self._steps_since_noise = 0
 
@@ -363,6 +379,13 @@ class EpisodeWorker(WorkerApp):
         assert isinstance(policy, ActorCriticPolicy)
         if self._numpy_acting is not None:
             actions, values, log_probs = self._numpy_acting.act(observations, [run.rng for run in running])
+        elif self._numpy_sde is not None:
+            acting = self._numpy_sde
+            for run in running:
+                if run.exploration_matrix is None:
+                    run.exploration_matrix = acting.exploration_matrix(run.rng)
+            matrices = [run.exploration_matrix for run in running]
+            actions, values, log_probs = acting.act(observations, matrices)  # type: ignore[arg-type]
         else:
             with th.no_grad():  # Box or Discrete observations on the CPU: obs_to_tensor's checks add nothing
                 actions_t, values_t, log_probs_t = sample_on_policy(policy, th.as_tensor(observations))

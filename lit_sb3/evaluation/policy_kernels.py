@@ -259,8 +259,8 @@ class TorchPolicyCopies(BatchedPolicy):
     def __init__(self, policy: BasePolicy, n_slots: int) -> None:
         super().__init__(n_slots)
         self._copies = [copy.deepcopy(policy) for _ in range(n_slots)]
-        for policy_copy in self._copies:
-            policy_copy.set_training_mode(False)
+        for copied in self._copies:
+            copied.set_training_mode(False)
         space = policy.action_space
         self._actions = np.zeros((n_slots, *(space.shape or ())), dtype=space.dtype)
 
@@ -391,7 +391,10 @@ class KernelProbe:
         :return: The probe, the same for every call (a fixed seed).
         """
         rng = np.random.default_rng(0)
-        probe = copy.deepcopy(policy).to("cpu")
+        try:
+            probe = copy.deepcopy(policy).to("cpu")
+        except RuntimeError:  # gSDE's sampled noise tensors cannot be deep-copied: rebuild the policy
+            probe = policy_copy(policy)
         probe.set_training_mode(False)
         weights = rng.normal(0.0, 0.5, sum(parameter.numel() for parameter in probe.parameters())).astype(np.float32)
         probe.load_from_vector(weights)
@@ -411,6 +414,17 @@ class KernelProbe:
         if exact:
             return bool(np.array_equal(actual, reference))
         return bool(np.allclose(actual, reference, rtol=PROBE_TOLERANCE, atol=PROBE_TOLERANCE))
+
+
+def policy_copy(policy: BasePolicy) -> BasePolicy:
+    """
+    :param policy: The trainer's policy.
+    :return: A new policy of the same class and arguments with the same weights, on the CPU (built as
+        Stable-Baselines3 rebuilds a saved policy: a deep copy fails on gSDE's sampled noise tensors).
+    """
+    copied = type(policy)(**policy._get_constructor_parameters())
+    copied.load_state_dict(policy.state_dict())
+    return copied.to("cpu")
 
 
 def module_sequence(module: nn.Module) -> list[nn.Module]:

@@ -10,7 +10,7 @@ import torch as th
 from stable_baselines3 import PPO
 from stable_baselines3.common.policies import ActorCriticPolicy
 
-from lit_sb3.collection.acting import NumpyActorCritic, sample_on_policy
+from lit_sb3.collection.acting import NumpyActorCritic, NumpyStateDependentActorCritic, sample_on_policy
 
 
 @pytest.mark.parametrize(
@@ -144,3 +144,53 @@ def test_policies_of_other_shapes_get_no_numpy_acting() -> None:
     assert NumpyActorCritic.for_policy(overridden) is None
     assert NumpyActorCritic.for_policy(gsde) is None
     assert NumpyActorCritic.for_policy(discrete_observations) is None
+
+
+GSDE_VARIANTS = [{}, {"use_expln": True}, {"full_std": False}, {"net_arch": []}, {"log_std_init": 0.5}]
+
+
+@pytest.mark.parametrize("policy_kwargs", GSDE_VARIANTS)
+def test_gsde_in_numpy_gives_the_policys_values_and_log_probabilities(policy_kwargs: dict) -> None:
+    policy = PPO(
+        "MlpPolicy", "Pendulum-v1", n_steps=16, batch_size=16, use_sde=True, policy_kwargs=policy_kwargs
+    ).policy
+    acting = NumpyStateDependentActorCritic.for_policy(policy)
+    assert acting is not None
+    observations = np.random.default_rng(0).normal(size=(64, 3)).astype(np.float32)
+    generator = np.random.default_rng(1)
+    actions, values, log_probs = acting.act(observations, [acting.exploration_matrix(generator) for _ in range(64)])
+    with th.no_grad():
+        expected_values, expected_log_probs, _ = policy.evaluate_actions(
+            th.as_tensor(observations), th.as_tensor(actions)
+        )
+    np.testing.assert_allclose(values, expected_values.flatten().numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(log_probs, expected_log_probs.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_gsde_noise_grows_with_the_state_as_the_policys() -> None:
+    """With no hidden layer the latent is the observation z: an action's noise z E has standard deviation
+    sigma |z| around the mean, one matrix E per episode."""
+    model = PPO("MlpPolicy", "Pendulum-v1", n_steps=16, batch_size=16, use_sde=True, policy_kwargs={"net_arch": []})
+    with th.no_grad():
+        model.policy.action_net.weight.zero_()
+        model.policy.action_net.bias.fill_(0.5)
+        model.policy.log_std.fill_(np.log(0.2))
+    acting = NumpyStateDependentActorCritic.for_policy(model.policy)
+    assert acting is not None
+    generator = np.random.default_rng(0)
+    for observation, spread in (([1.0, 2.0, 2.0], 0.6), ([0.5, 0.0, 0.0], 0.1)):
+        observations = np.tile(np.float32(observation), (20_000, 1))
+        matrices = [acting.exploration_matrix(generator) for _ in range(20_000)]
+        actions, _, _ = acting.act(observations, matrices)
+        assert actions.mean() == pytest.approx(0.5, abs=0.01)
+        assert actions.std() == pytest.approx(spread, rel=0.03)
+    same_episode = acting.act(np.float32([[1.0, 2.0, 2.0]] * 2), [matrices[0]] * 2)[0]
+    assert same_episode[0] == same_episode[1]  # one matrix: the same state gets the same action
+
+
+def test_gsde_with_squashed_actions_or_without_gsde_gets_no_numpy_gsde() -> None:
+    squashed = {"squash_output": True}
+    tanh = PPO("MlpPolicy", "Pendulum-v1", n_steps=16, batch_size=16, use_sde=True, policy_kwargs=squashed).policy
+    plain = PPO("MlpPolicy", "Pendulum-v1", n_steps=16, batch_size=16).policy
+    assert NumpyStateDependentActorCritic.for_policy(tanh) is None
+    assert NumpyStateDependentActorCritic.for_policy(plain) is None
