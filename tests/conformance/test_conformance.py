@@ -20,9 +20,16 @@ import pytest
 
 from conformance.upstream import MODES, UPSTREAMS, Upstream, upstream_root
 
-#: (distribution, file, mode) run by the default test run: the fastest that passes whole (13 tests, 15 s of tests
-#: in a 24 s subprocess on two loaded cores; sb3-contrib's test_run.py took 18 s, test_train_eval_mode.py 26 s).
-DEFAULT_RUN = {("stable-baselines3", "test_sde.py", "threads")}
+#: (distribution, file, mode) run by the default test run, both modes and every algorithm covered: with threads,
+#: test_sde.py (gSDE; the user's own env objects) and test_run.py (every SB3 algorithm); with processes,
+#: sb3-contrib's test_run.py (TRPO, TQC, QR-DQN, CrossQ). Subprocesses of 28-41 s, 45-88 s and 31-48 s on the two
+#: shared cores (load 5 to 20), 146 s together at load 15; the others took 38-110 s each (test_save_load.py 4 min
+#: with test_save_load_large_model's 2 GB model).
+DEFAULT_RUN = {
+    ("stable-baselines3", "test_sde.py", "threads"),
+    ("stable-baselines3", "test_run.py", "threads"),
+    ("sb3-contrib", "test_run.py", "processes"),
+}
 #: Seconds an upstream test may take (pytest-timeout in the subprocess: a guard against hangs; test_save_load.py saves
 #: and loads a 2 GB model), and a whole file.
 TEST_TIMEOUT, FILE_TIMEOUT = 600, 3600
