@@ -53,7 +53,8 @@ MODES = ("threads", "processes")
 
 WHOLE_EPISODES = (
     "asserts num_timesteps == n_steps after learn(n_steps): an on-policy rollout of the injected agents is whole "
-    "episodes, at least n_steps * n_envs steps (the last episode takes it beyond)"
+    "episodes, at least n_steps * n_envs steps (the last episode takes it beyond); the test's other checks are "
+    "tests/agents/test_set_env.py's"
 )
 #: Upstream tests left out, each with the reason (fnmatch patterns over ``<distribution>/<file>::<test id>``).
 EXCEPTIONS: dict[str, str] = {
