@@ -217,9 +217,12 @@ class AsyncCollector:
         return item
 
     def raise_failure(self) -> None:
-        """Raise the collection's failure, if any (a worker's exception, with its traceback)."""
+        """Raise the collection's failure, if any (a worker's exception, with its traceback, or the death of a worker
+        past the restart budget, which the assembler may not have seen yet)."""
         if self.assembler.error is not None:
             raise self.assembler.error
+        if self.pool.failure is not None:
+            raise self.pool.failure
 
     def profile(self) -> dict[str, Any]:
         """:return: Worker, buffer, transport and policy figures (see ``get_profiler_report``)."""

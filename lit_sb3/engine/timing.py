@@ -48,7 +48,8 @@ def timing_summary(
     :param train_steps: Train steps during the run.
     :param profile: The collector's profile (``AsyncCollector.profile()``).
     :return: Time per phase and idle time of each thread, env steps/s, train steps/s, the policy lag (mean, p99, max,
-        in train steps), what was dropped, and the steps the workers collected against those used
+        in train steps), what was dropped, the worker restarts with the episodes resumed on a replacement and
+        those interrupted, and the steps the workers collected against those used
         (``wasted_fraction``: collected and never trained on, stale or still buffered at the end).
     """
     policy, buffer, worker = profile["policy"], profile["buffer"], profile["worker"]
@@ -71,6 +72,8 @@ def timing_summary(
         "episodes_stale": buffer["episodes_stale"],
         "episodes_dropped": buffer["episodes_dropped"],
         "worker_restarts": worker["restarts"],
+        "episodes_resumed": worker["episodes_resumed"],
+        "episodes_interrupted": worker["episodes_interrupted"],
         "collected_steps": worker["collected_steps"],
         "wasted_fraction": worker["wasted_fraction"],
     }
@@ -96,7 +99,8 @@ def format_summary(title: str, summary: dict[str, Any]) -> str:
     lines.append(
         f"  policy lag (train steps): mean {lag['mean']:.2f}, p99 {lag['p99']:.1f}, max {lag['max']} "
         f"(bound {summary['max_policy_lag']}); episodes stale {summary['episodes_stale']}, "
-        f"dropped {summary['episodes_dropped']}; worker restarts {summary['worker_restarts']}"
+        f"dropped {summary['episodes_dropped']}; worker restarts {summary['worker_restarts']} "
+        f"(episodes resumed {summary['episodes_resumed']}, interrupted {summary['episodes_interrupted']})"
     )
     lines.append(
         f"  steps collected {summary['collected_steps']}, wasted {summary['wasted_fraction']:.1%} "

@@ -259,6 +259,11 @@ class WorkerPool:
         return [slot.handle for slot in self._slots]
 
     @property
+    def failure(self) -> BaseException | None:
+        """What made the pool unusable (a worker dead past ``max_restarts``, a replay that failed), or None."""
+        return self._broken
+
+    @property
     def backend(self) -> Backend:
         """Where the workers run."""
         return self._backend
@@ -514,7 +519,9 @@ class WorkerPool:
 
     def _least_loaded(self, job: _Job) -> _Slot | None:
         ready = [index for index, slot in enumerate(self._slots) if slot.ready]
-        ahead = 1 if len(job.pending) > len(ready) else 0
+        # A stream's tasks never end by themselves, so a task sent ahead would never start: its capacities are hard
+        # (the tasks of a dead worker wait for its replacement when the others are full).
+        ahead = 1 if job.stream is None and len(job.pending) > len(ready) else 0
         best: _Slot | None = None
         best_count = 0
         for index in ready:

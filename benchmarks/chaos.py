@@ -1,0 +1,443 @@
+"""Chaos: workers killed at random while ARS, an injected PPO and the async engine train, locally and on Ray.
+
+A killer thread SIGKILLs a random live worker process (on Ray: ``ray.kill`` of a random worker actor) every few
+seconds (uniformly between half and one and a half times ``--interval``) until the run ends. Each case:
+
+1. ``ARS.learn`` on an AsyncEval of 2 workers (Pendulum-v1 in VecNormalize): the final weights and observation
+   statistics must be bit-identical to those of an undisturbed run with the same seed.
+2. ``PPO.learn`` of an injected agent (``get_injected_agent(PPO)``, CartPole-v1, 2 worker processes or actors):
+   training must complete; the restarts, resumed, interrupted and dropped episodes are reported.
+3. ``AsyncRLEngine.run`` (PPO, CartPole-v1, 2 workers): the same.
+4. Each of the three with ``max_restarts=2`` and a kill every 0.3 s: the run must fail with
+   :class:`~lit_sb3.workers.WorkerDiedError` naming ``max_restarts`` within seconds of the fatal kill.
+
+    python benchmarks/chaos.py            # a minute of kills per case, about 15 minutes on 2 cores
+    python benchmarks/chaos.py --quick    # about 8 s of kills per case
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import random
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch as th
+from sb3_contrib.ars.policies import LinearPolicy
+from stable_baselines3 import PPO
+from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.vec_env import VecEnv, VecNormalize
+
+from lit_sb3 import ARS, AsyncEval, WorkerDiedError
+from lit_sb3.agents.async_agent import get_injected_agent
+from lit_sb3.cli.bench_results import Column, LoadSampler, Table
+from lit_sb3.engine import AsyncRLEngine, DataBuffer, EngineConfig, EnvGroup, PolicyGroup
+from lit_sb3.envs.multi_env import IndexableMultiEnv
+from lit_sb3.workers.pool import WorkerPool
+
+N_WORKERS = 2
+#: Restarts allowed in the runs that must survive every kill.
+GENEROUS_RESTARTS = 10_000
+#: Restarts allowed in the runs that must fail, and the seconds between their kills.
+TIGHT_RESTARTS = 2
+TIGHT_INTERVAL = 0.3
+#: Seconds a run past its restart budget may take to raise.
+FAILURE_DEADLINE = 10.0
+
+
+@dataclass
+class Kill:
+    """One fault injected: when (seconds after the killer started), which worker and what it was."""
+
+    seconds: float
+    worker_index: int
+    target: str
+
+
+@dataclass
+class WorkerKiller:
+    """
+    Kills a random live worker of a pool every ``interval`` seconds (on average) in a thread of its own.
+
+    :param pool_of: Returns the pool to pick from (None while there is none, e.g. before ``learn`` started it).
+    :param interval: Mean seconds between two kills; each wait is uniform in ``[interval / 2, 3 * interval / 2]``.
+    :param seed: Seeds the waits and the choice of workers.
+    """
+
+    pool_of: Callable[[], WorkerPool | None]
+    interval: float
+    seed: int = 0
+    kills: list[Kill] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._random = random.Random(self.seed)
+        self._stop = threading.Event()
+        self._killed: set[Any] = set()  # processes and actors killed (a dead one is not picked again)
+        self._thread = threading.Thread(target=self._run, name="chaos-killer", daemon=True)
+
+    @contextmanager
+    def running(self) -> Iterator[WorkerKiller]:
+        """Kill workers while the block runs."""
+        started = time.monotonic()
+        self._started = started
+        self._thread.start()
+        try:
+            yield self
+        finally:
+            self._stop.set()
+            self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._random.uniform(0.5, 1.5) * self.interval):
+            pool = self.pool_of()
+            if pool is None or pool.closed:
+                continue
+            live = [(index, handle) for index, handle in enumerate(pool.handles) if _identity(handle) is not None]
+            live = [(index, handle) for index, handle in live if _identity(handle) not in self._killed]
+            if not live:
+                continue
+            index, handle = self._random.choice(live)
+            target = _kill(handle)
+            if target is not None:
+                self._killed.add(_identity(handle))
+                self.kills.append(Kill(time.monotonic() - self._started, index, target))
+
+
+def _identity(handle: Any) -> Any:
+    """:return: What tells this worker from its replacements: its process id, or its Ray actor."""
+    if handle is None:
+        return None
+    actor = getattr(handle, "actor", None)
+    return actor if actor is not None else getattr(handle, "pid", None)
+
+
+def _kill(handle: Any) -> str | None:
+    """Kill a worker the way the operating system or a cluster would. :return: What was killed, None if nothing."""
+    actor = getattr(handle, "actor", None)
+    if actor is not None:
+        import ray
+
+        ray.kill(actor, no_restart=True)
+        return "ray actor"
+    try:
+        os.kill(handle.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return None
+    return "SIGKILL"
+
+
+# ------------------------------------------------------------------------------------------------------- cases
+
+
+@dataclass
+class Outcome:
+    """What a case measured: the faults, what the run counted, and whether it ended as it must."""
+
+    case: str
+    backend: str
+    kills: int
+    seconds: float
+    restarts: int
+    resumed: int | None
+    interrupted: int | None
+    dropped: int | None
+    result: str
+    passed: bool
+    kill_log: list[Kill] = field(default_factory=list)
+    detail: str = ""
+
+    def row(self) -> dict[str, Any]:
+        """:return: The outcome as a result table's row."""
+        return {key: value for key, value in self.__dict__.items() if key not in ("kill_log", "detail")}
+
+
+def counted_every_kill(restarts: int, kills: list[Kill], seconds: float) -> bool:
+    """:return: Whether the pool replaced every worker killed (a kill in the run's last second may land after its
+    end, when nothing is replaced any more)."""
+    settled = [kill for kill in kills if kill.seconds < seconds - 1.0]
+    return len(settled) <= restarts <= len(kills)
+
+
+def normalized_pendulum(n_envs: int = 4) -> VecEnv:
+    """:return: Pendulum-v1 in VecNormalize (observations only), as ARS trains it."""
+    return VecNormalize(make_vec_env("Pendulum-v1", n_envs=n_envs), norm_reward=False)
+
+
+def ars_weights(backend: str, budget: int, seed: int, killer: WorkerKiller | None) -> tuple[np.ndarray, ...]:
+    """:return: The weights and observation statistics of ARS after ``budget`` steps on AsyncEval, with the count of
+    the statistics and the pool's restarts (the seconds ``learn`` took when no killer is given)."""
+    model = ARS(LinearPolicy, normalized_pendulum(1), n_delta=8, seed=seed)
+    async_eval = AsyncEval(
+        [normalized_pendulum] * N_WORKERS, model.policy, backend=backend, max_restarts=GENEROUS_RESTARTS
+    )
+    try:
+        if killer is None:
+            started = time.monotonic()
+            model.learn(budget, async_eval=async_eval)
+            restarts_or_seconds = time.monotonic() - started
+        else:
+            killer.pool_of = lambda: async_eval._pool
+            with killer.running():
+                model.learn(budget, async_eval=async_eval)
+            restarts_or_seconds = async_eval._pool.restarts
+    finally:
+        async_eval.close()
+    obs_rms = model._vec_normalize_env.obs_rms  # type: ignore[union-attr]
+    weights = th.nn.utils.parameters_to_vector(model.policy.parameters()).detach().numpy()
+    return weights, obs_rms.mean, obs_rms.var, np.array([obs_rms.count, restarts_or_seconds])
+
+
+def ars_case(backend: str, seconds: float, interval: float, seed: int) -> Outcome:
+    """ARS under fire ends with the weights of an undisturbed run."""
+    steps_per_round = 2 * 8 * 200  # two candidates per direction, Pendulum's 200 steps
+    per_round = ars_weights(backend, 20 * steps_per_round, seed, None)[3][1] / 20
+    budget = max(20, int(seconds / per_round)) * steps_per_round
+    expected = ars_weights(backend, budget, seed, None)
+    killer = WorkerKiller(lambda: None, interval, seed)
+    started = time.monotonic()
+    got = ars_weights(backend, budget, seed, killer)
+    elapsed = time.monotonic() - started
+    identical = all(np.array_equal(a, b) for a, b in zip(expected[:3], got[:3], strict=True))
+    identical = identical and expected[3][0] == got[3][0]
+    result = f"{budget // steps_per_round} rounds, weights and obs_rms " + ("bit-identical" if identical else "DIFFER")
+    return Outcome(
+        "ARS.learn on AsyncEval",
+        backend,
+        len(killer.kills),
+        elapsed,
+        int(got[3][1]),
+        None,
+        None,
+        None,
+        result,
+        identical and counted_every_kill(int(got[3][1]), killer.kills, elapsed),
+        killer.kills,
+    )
+
+
+def cartpoles() -> IndexableMultiEnv:
+    return IndexableMultiEnv([functools.partial(gym.make, "CartPole-v1") for _ in range(2 * N_WORKERS)])
+
+
+def injected_ppo(backend: str, max_restarts: int, seed: int) -> Any:
+    """:return: An injected PPO collecting on worker processes (or Ray actors) of CartPole-v1."""
+    return get_injected_agent(PPO)(
+        "MlpPolicy",
+        cartpoles(),
+        use_mp=True,
+        backend="ray" if backend == "ray" else None,
+        n_workers=N_WORKERS,
+        max_restarts=max_restarts,
+        n_steps=64,
+        batch_size=128,
+        n_epochs=2,
+        seed=seed,
+    )
+
+
+def ppo_case(backend: str, seconds: float, interval: float, seed: int) -> Outcome:
+    """An injected PPO under fire completes its training."""
+    model = injected_ppo(backend, GENEROUS_RESTARTS, seed)
+    try:
+        started = time.monotonic()
+        model.learn(2000)
+        rate = model.num_timesteps / (time.monotonic() - started)
+        budget = max(4000, int(rate * seconds))
+        killer = WorkerKiller(lambda: model._collector.pool if model._collector is not None else None, interval, seed)
+        started = time.monotonic()
+        with killer.running():
+            model.learn(budget)
+        elapsed = time.monotonic() - started
+        report = model.get_profiler_report()
+    finally:
+        model.shutdown()
+    worker, buffer = report["worker"], report["buffer"]
+    completed = model.num_timesteps >= budget
+    return Outcome(
+        "PPO.learn, injected agent",
+        backend,
+        len(killer.kills),
+        elapsed,
+        worker["restarts"],
+        worker["episodes_resumed"],
+        worker["episodes_interrupted"],
+        buffer["episodes_dropped"],
+        f"{budget:,} steps: " + ("completed" if completed else f"stopped at {model.num_timesteps:,}"),
+        completed and counted_every_kill(worker["restarts"], killer.kills, elapsed),
+        killer.kills,
+    )
+
+
+def ppo_engine(backend: str, max_restarts: int, total_env_steps: int, seed: int) -> AsyncRLEngine:
+    """:return: An async engine training PPO on CartPole-v1 collected by worker processes (or Ray actors)."""
+    group = EnvGroup(
+        [functools.partial(gym.make, "CartPole-v1") for _ in range(2 * N_WORKERS)],
+        backend="ray" if backend == "ray" else "processes",
+        n_workers=N_WORKERS,
+        max_restarts=max_restarts,
+    )
+    model = PPO("MlpPolicy", group.env, seed=seed, n_steps=64, batch_size=128, n_epochs=2)
+    config = EngineConfig(total_env_steps=total_env_steps, seed=seed, verbose=False, log_formats=())
+    return AsyncRLEngine(config, group, PolicyGroup(model), DataBuffer.for_algorithm(model))
+
+
+def engine_pool(engine: AsyncRLEngine) -> WorkerPool | None:
+    collector = engine._collector
+    return collector.pool if collector is not None else None
+
+
+def engine_case(backend: str, seconds: float, interval: float, seed: int) -> Outcome:
+    """The async engine under fire completes its run."""
+    engine = ppo_engine(backend, GENEROUS_RESTARTS, 2000, seed)
+    started = time.monotonic()
+    engine.run()
+    rate = engine.num_timesteps / (time.monotonic() - started)
+    budget = max(4000, int(rate * seconds))
+    engine = ppo_engine(backend, GENEROUS_RESTARTS, budget, seed)
+    killer = WorkerKiller(functools.partial(engine_pool, engine), interval, seed)
+    started = time.monotonic()
+    with killer.running():
+        summary = engine.run()
+    elapsed = time.monotonic() - started
+    completed = engine.num_timesteps >= budget
+    return Outcome(
+        "AsyncRLEngine.run",
+        backend,
+        len(killer.kills),
+        elapsed,
+        summary["worker_restarts"],
+        summary["episodes_resumed"],
+        summary["episodes_interrupted"],
+        summary["episodes_dropped"],
+        f"{budget:,} steps: " + ("completed" if completed else f"stopped at {engine.num_timesteps:,}"),
+        completed and counted_every_kill(summary["worker_restarts"], killer.kills, elapsed),
+        killer.kills,
+    )
+
+
+def exhausted_case(kind: str, backend: str, seed: int) -> Outcome:
+    """A run killed past its restart budget fails with a clear error within seconds."""
+    killer = WorkerKiller(lambda: None, TIGHT_INTERVAL, seed)
+    run: Callable[[], Any]
+    cleanup: Callable[[], Any]
+    if kind == "ars":
+        model = ARS(LinearPolicy, normalized_pendulum(1), n_delta=8, seed=seed)
+        async_eval = AsyncEval(
+            [normalized_pendulum] * N_WORKERS, model.policy, backend=backend, max_restarts=TIGHT_RESTARTS
+        )
+        killer.pool_of = lambda: async_eval._pool
+        run, cleanup = functools.partial(model.learn, 10**9, async_eval=async_eval), async_eval.close
+        case = "ARS.learn on AsyncEval"
+    elif kind == "ppo":
+        agent = injected_ppo(backend, TIGHT_RESTARTS, seed)
+        killer.pool_of = lambda: agent._collector.pool if agent._collector is not None else None
+        run, cleanup = functools.partial(agent.learn, 10**9), agent.shutdown
+        case = "PPO.learn, injected agent"
+    else:
+        engine = ppo_engine(backend, TIGHT_RESTARTS, 10**9, seed)
+        killer.pool_of = functools.partial(engine_pool, engine)
+        run, cleanup = engine.run, engine.close
+        case = "AsyncRLEngine.run"
+    error: BaseException | None = None
+    try:
+        with killer.running():
+            try:
+                run()
+            except Exception as raised:  # anything but the clear error fails the case
+                error = raised
+            raised_at = time.monotonic() - killer._started
+    finally:
+        cleanup()
+    fatal = killer.kills[TIGHT_RESTARTS].seconds if len(killer.kills) > TIGHT_RESTARTS else float("nan")
+    delay = raised_at - fatal
+    clear = isinstance(error, WorkerDiedError) and f"max_restarts={TIGHT_RESTARTS}" in str(error)
+    passed = clear and delay < FAILURE_DEADLINE
+    message = str(error).splitlines()[0] if error is not None else "no error"
+    return Outcome(
+        f"{case}, max_restarts={TIGHT_RESTARTS}",
+        backend,
+        len(killer.kills),
+        delay,
+        TIGHT_RESTARTS,
+        None,
+        None,
+        None,
+        f"{type(error).__name__} {delay:.2f} s after kill {TIGHT_RESTARTS + 1}" if error else "no error",
+        passed,
+        killer.kills,
+        f" ({message})",
+    )
+
+
+COLUMNS = [
+    Column("case", "case"),
+    Column("backend", "backend"),
+    Column("kills", "workers killed"),
+    Column("seconds", "seconds (of the run; of the fatal kill to the error)", ".2f"),
+    Column("restarts", "restarts"),
+    Column("resumed", "episodes resumed", missing="-"),
+    Column("interrupted", "episodes interrupted", missing="-"),
+    Column("dropped", "episodes dropped", missing="-"),
+    Column("result", "outcome"),
+]
+
+
+def run_cases(backends: list[str], seconds: float, interval: float, seed: int) -> list[Outcome]:
+    """:return: The outcome of every case on every backend (Ray is started for the Ray cases and shut down)."""
+    outcomes = []
+    for backend in backends:
+        if backend == "ray":
+            import ray
+
+            ray.init(address="local", num_cpus=N_WORKERS, include_dashboard=False, log_to_driver=False)
+        try:
+            for survive in (ars_case, ppo_case, engine_case):
+                outcomes.append(survive(backend, seconds, interval, seed))
+                print(_line(outcomes[-1]), flush=True)
+            for kind in ("ars", "ppo", "engine"):
+                outcomes.append(exhausted_case(kind, backend, seed))
+                print(_line(outcomes[-1]), flush=True)
+        finally:
+            if backend == "ray":
+                ray.shutdown()
+    return outcomes
+
+
+def _line(outcome: Outcome) -> str:
+    verdict = "ok" if outcome.passed else "FAILED"
+    return f"[{verdict}] {outcome.case} ({outcome.backend}): {outcome.kills} kills, {outcome.result}{outcome.detail}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="about 8 s of kills per case")
+    parser.add_argument("--seconds", type=float, default=None, help="seconds of kills per case (60, quick 8)")
+    parser.add_argument("--interval", type=float, default=None, help="mean seconds between kills (3, quick 1)")
+    parser.add_argument("--backends", nargs="+", default=["local", "ray"], choices=["local", "ray"])
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    seconds = args.seconds or (8.0 if args.quick else 60.0)
+    interval = args.interval or (1.0 if args.quick else 3.0)
+    load = LoadSampler()
+    print(f"# Chaos: a worker killed every {interval:g} s (on average) for about {seconds:g} s per case\n")
+    outcomes = run_cases(args.backends, seconds, interval, args.seed)
+    table = Table(COLUMNS, [outcome.row() for outcome in outcomes])
+    print("\n" + table.markdown())
+    low, high = load.span()
+    print(f"\nload average (1 min) during the run: {low} to {high}")
+    failed = [outcome for outcome in outcomes if not outcome.passed]
+    if failed:
+        raise SystemExit(f"{len(failed)} case(s) failed: " + "; ".join(_line(outcome) for outcome in failed))
+
+
+if __name__ == "__main__":
+    main()
