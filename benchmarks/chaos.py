@@ -1,6 +1,6 @@
 """Chaos: workers killed at random while ARS, an injected PPO and the async engine train, locally and on Ray.
 
-A killer thread SIGKILLs a random live worker process (on Ray: ``ray.kill`` of a random worker actor) every few
+A killer thread SIGKILLs a random running worker process (on Ray: ``ray.kill`` of a random worker actor) every few
 seconds (uniformly between half and one and a half times ``--interval``) until the run ends. Each case:
 
 1. ``ARS.learn`` on an AsyncEval of 2 workers (Pendulum-v1 in VecNormalize): the final weights and observation
@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import gymnasium as gym
 import numpy as np
@@ -35,6 +35,7 @@ import torch as th
 from sb3_contrib.ars.policies import LinearPolicy
 from stable_baselines3 import PPO
 from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.running_mean_std import RunningMeanStd
 from stable_baselines3.common.vec_env import VecEnv, VecNormalize
 
 from lit_sb3 import ARS, AsyncEval, WorkerDiedError
@@ -44,6 +45,8 @@ from lit_sb3.engine import AsyncRLEngine, DataBuffer, EngineConfig, EnvGroup, Po
 from lit_sb3.envs.multi_env import IndexableMultiEnv
 from lit_sb3.workers.pool import WorkerPool
 
+#: Where the workers run: local processes, or Ray actors of a local Ray instance.
+ChaosBackend = Literal["local", "ray"]
 N_WORKERS = 2
 #: Restarts allowed in the runs that must survive every kill.
 GENEROUS_RESTARTS = 10_000
@@ -66,7 +69,7 @@ class Kill:
 @dataclass
 class WorkerKiller:
     """
-    Kills a random live worker of a pool every ``interval`` seconds (on average) in a thread of its own.
+    Kills a random running worker of a pool every ``interval`` seconds (on average) in a thread of its own.
 
     :param pool_of: Returns the pool to pick from (None while there is none, e.g. before ``learn`` started it).
     :param interval: Mean seconds between two kills; each wait is uniform in ``[interval / 2, 3 * interval / 2]``.
@@ -77,6 +80,7 @@ class WorkerKiller:
     interval: float
     seed: int = 0
     kills: list[Kill] = field(default_factory=list)
+    seconds: float = 0.0  # how long it ran
 
     def __post_init__(self) -> None:
         self._random = random.Random(self.seed)
@@ -95,14 +99,17 @@ class WorkerKiller:
         finally:
             self._stop.set()
             self._thread.join()
+            self.seconds = time.monotonic() - started
 
     def _run(self) -> None:
         while not self._stop.wait(self._random.uniform(0.5, 1.5) * self.interval):
             pool = self.pool_of()
             if pool is None or pool.closed:
                 continue
-            live = [(index, handle) for index, handle in enumerate(pool.handles) if _identity(handle) is not None]
-            live = [(index, handle) for index, handle in live if _identity(handle) not in self._killed]
+            # Only workers that are running: killing replacements while they start, faster than they start (a Ray
+            # actor takes seconds on a busy machine), would stall the run rather than test its recovery.
+            running = [(index, slot.handle) for index, slot in enumerate(pool._slots) if slot.ready]
+            live = [(index, handle) for index, handle in running if _identity(handle) not in self._killed]
             if not live:
                 continue
             index, handle = self._random.choice(live)
@@ -143,7 +150,7 @@ class Outcome:
     """What a case measured: the faults, what the run counted, and whether it ended as it must."""
 
     case: str
-    backend: str
+    backend: ChaosBackend
     kills: int
     seconds: float
     restarts: int
@@ -160,11 +167,11 @@ class Outcome:
         return {key: value for key, value in self.__dict__.items() if key not in ("kill_log", "detail")}
 
 
-def counted_every_kill(restarts: int, kills: list[Kill], seconds: float) -> bool:
-    """:return: Whether the pool replaced every worker killed (a kill in the run's last second may land after its
-    end, when nothing is replaced any more)."""
-    settled = [kill for kill in kills if kill.seconds < seconds - 1.0]
-    return len(settled) <= restarts <= len(kills)
+def counted_every_kill(restarts: int, killer: WorkerKiller) -> bool:
+    """:return: Whether the pool replaced every worker killed (one killed in the run's last second may be noticed
+    after the count was read, or after the run closed its pool)."""
+    settled = [kill for kill in killer.kills if kill.seconds < killer.seconds - 1.0]
+    return len(settled) <= restarts <= len(killer.kills)
 
 
 def normalized_pendulum(n_envs: int = 4) -> VecEnv:
@@ -172,7 +179,7 @@ def normalized_pendulum(n_envs: int = 4) -> VecEnv:
     return VecNormalize(make_vec_env("Pendulum-v1", n_envs=n_envs), norm_reward=False)
 
 
-def ars_weights(backend: str, budget: int, seed: int, killer: WorkerKiller | None) -> tuple[np.ndarray, ...]:
+def ars_weights(backend: ChaosBackend, budget: int, seed: int, killer: WorkerKiller | None) -> tuple[np.ndarray, ...]:
     """:return: The weights and observation statistics of ARS after ``budget`` steps on AsyncEval, with the count of
     the statistics and the pool's restarts (the seconds ``learn`` took when no killer is given)."""
     model = ARS(LinearPolicy, normalized_pendulum(1), n_delta=8, seed=seed)
@@ -191,16 +198,20 @@ def ars_weights(backend: str, budget: int, seed: int, killer: WorkerKiller | Non
             restarts_or_seconds = async_eval._pool.restarts
     finally:
         async_eval.close()
-    obs_rms = model._vec_normalize_env.obs_rms  # type: ignore[union-attr]
+    assert model._vec_normalize_env is not None
+    obs_rms = model._vec_normalize_env.obs_rms
+    assert isinstance(obs_rms, RunningMeanStd)
     weights = th.nn.utils.parameters_to_vector(model.policy.parameters()).detach().numpy()
     return weights, obs_rms.mean, obs_rms.var, np.array([obs_rms.count, restarts_or_seconds])
 
 
-def ars_case(backend: str, seconds: float, interval: float, seed: int) -> Outcome:
-    """ARS under fire ends with the weights of an undisturbed run."""
+def ars_case(backend: ChaosBackend, seconds: float, interval: float, seed: int, rounds: int | None = None) -> Outcome:
+    """ARS under fire ends with the weights of an undisturbed run (of ``rounds`` rounds, by default as many as an
+    undisturbed run does in ``seconds``)."""
     steps_per_round = 2 * 8 * 200  # two candidates per direction, Pendulum's 200 steps
-    per_round = ars_weights(backend, 20 * steps_per_round, seed, None)[3][1] / 20
-    budget = max(20, int(seconds / per_round)) * steps_per_round
+    if rounds is None:
+        rounds = max(20, int(seconds / (ars_weights(backend, 20 * steps_per_round, seed, None)[3][1] / 20)))
+    budget = rounds * steps_per_round
     expected = ars_weights(backend, budget, seed, None)
     killer = WorkerKiller(lambda: None, interval, seed)
     started = time.monotonic()
@@ -219,7 +230,7 @@ def ars_case(backend: str, seconds: float, interval: float, seed: int) -> Outcom
         None,
         None,
         result,
-        identical and counted_every_kill(int(got[3][1]), killer.kills, elapsed),
+        identical and counted_every_kill(int(got[3][1]), killer),
         killer.kills,
     )
 
@@ -228,7 +239,7 @@ def cartpoles() -> IndexableMultiEnv:
     return IndexableMultiEnv([functools.partial(gym.make, "CartPole-v1") for _ in range(2 * N_WORKERS)])
 
 
-def injected_ppo(backend: str, max_restarts: int, seed: int) -> Any:
+def injected_ppo(backend: ChaosBackend, max_restarts: int, seed: int) -> Any:
     """:return: An injected PPO collecting on worker processes (or Ray actors) of CartPole-v1."""
     return get_injected_agent(PPO)(
         "MlpPolicy",
@@ -244,14 +255,15 @@ def injected_ppo(backend: str, max_restarts: int, seed: int) -> Any:
     )
 
 
-def ppo_case(backend: str, seconds: float, interval: float, seed: int) -> Outcome:
-    """An injected PPO under fire completes its training."""
+def ppo_case(backend: ChaosBackend, seconds: float, interval: float, seed: int, budget: int | None = None) -> Outcome:
+    """An injected PPO under fire completes its training (of ``budget`` steps, by default as many as an undisturbed
+    run does in ``seconds``)."""
     model = injected_ppo(backend, GENEROUS_RESTARTS, seed)
     try:
-        started = time.monotonic()
-        model.learn(2000)
-        rate = model.num_timesteps / (time.monotonic() - started)
-        budget = max(4000, int(rate * seconds))
+        if budget is None:
+            started = time.monotonic()
+            model.learn(2000)
+            budget = max(4000, int(model.num_timesteps / (time.monotonic() - started) * seconds))
         killer = WorkerKiller(lambda: model._collector.pool if model._collector is not None else None, interval, seed)
         started = time.monotonic()
         with killer.running():
@@ -272,12 +284,12 @@ def ppo_case(backend: str, seconds: float, interval: float, seed: int) -> Outcom
         worker["episodes_interrupted"],
         buffer["episodes_dropped"],
         f"{budget:,} steps: " + ("completed" if completed else f"stopped at {model.num_timesteps:,}"),
-        completed and counted_every_kill(worker["restarts"], killer.kills, elapsed),
+        completed and counted_every_kill(worker["restarts"], killer),
         killer.kills,
     )
 
 
-def ppo_engine(backend: str, max_restarts: int, total_env_steps: int, seed: int) -> AsyncRLEngine:
+def ppo_engine(backend: ChaosBackend, max_restarts: int, total_env_steps: int, seed: int) -> AsyncRLEngine:
     """:return: An async engine training PPO on CartPole-v1 collected by worker processes (or Ray actors)."""
     group = EnvGroup(
         [functools.partial(gym.make, "CartPole-v1") for _ in range(2 * N_WORKERS)],
@@ -295,13 +307,16 @@ def engine_pool(engine: AsyncRLEngine) -> WorkerPool | None:
     return collector.pool if collector is not None else None
 
 
-def engine_case(backend: str, seconds: float, interval: float, seed: int) -> Outcome:
-    """The async engine under fire completes its run."""
-    engine = ppo_engine(backend, GENEROUS_RESTARTS, 2000, seed)
-    started = time.monotonic()
-    engine.run()
-    rate = engine.num_timesteps / (time.monotonic() - started)
-    budget = max(4000, int(rate * seconds))
+def engine_case(
+    backend: ChaosBackend, seconds: float, interval: float, seed: int, budget: int | None = None
+) -> Outcome:
+    """The async engine under fire completes its run (of ``budget`` steps, by default as many as an undisturbed run
+    does in ``seconds``)."""
+    if budget is None:
+        engine = ppo_engine(backend, GENEROUS_RESTARTS, 2000, seed)
+        started = time.monotonic()
+        engine.run()
+        budget = max(4000, int(engine.num_timesteps / (time.monotonic() - started) * seconds))
     engine = ppo_engine(backend, GENEROUS_RESTARTS, budget, seed)
     killer = WorkerKiller(functools.partial(engine_pool, engine), interval, seed)
     started = time.monotonic()
@@ -319,12 +334,12 @@ def engine_case(backend: str, seconds: float, interval: float, seed: int) -> Out
         summary["episodes_interrupted"],
         summary["episodes_dropped"],
         f"{budget:,} steps: " + ("completed" if completed else f"stopped at {engine.num_timesteps:,}"),
-        completed and counted_every_kill(summary["worker_restarts"], killer.kills, elapsed),
+        completed and counted_every_kill(summary["worker_restarts"], killer),
         killer.kills,
     )
 
 
-def exhausted_case(kind: str, backend: str, seed: int) -> Outcome:
+def exhausted_case(kind: str, backend: ChaosBackend, seed: int) -> Outcome:
     """A run killed past its restart budget fails with a clear error within seconds."""
     killer = WorkerKiller(lambda: None, TIGHT_INTERVAL, seed)
     run: Callable[[], Any]
@@ -391,7 +406,7 @@ COLUMNS = [
 ]
 
 
-def run_cases(backends: list[str], seconds: float, interval: float, seed: int) -> list[Outcome]:
+def run_cases(backends: list[ChaosBackend], seconds: float, interval: float, seed: int) -> list[Outcome]:
     """:return: The outcome of every case on every backend (Ray is started for the Ray cases and shut down)."""
     outcomes = []
     for backend in backends:

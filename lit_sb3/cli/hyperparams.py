@@ -24,13 +24,15 @@ from __future__ import annotations
 
 import ast
 import inspect
+import math
 import pathlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 import torch as th
 import yaml
 from stable_baselines3.common.utils import LinearSchedule
+from stable_baselines3.common.vec_env import VecNormalize
 
 from lit_sb3.cli.common import CliError
 
@@ -55,6 +57,8 @@ OBJECT_KEYS = frozenset(
 #: The hyper-parameter files shipped with lit_sb3, ``ALGO.yml`` in rl-zoo's layout: the learning study's settings per
 #: task (``benchmarks/learning_study.py``), which ``lit-sb3 train`` uses when no file is given.
 TUNED_FOLDER = pathlib.Path(__file__).resolve().with_name("tuned")
+#: The keyword arguments of ``VecNormalize`` a ``normalize`` setting may give.
+VEC_NORMALIZE_ARGUMENTS = tuple(list(inspect.signature(VecNormalize.__init__).parameters)[2:])
 #: Roots of the names an object-valued setting may use.
 NAME_ROOTS: dict[str, Any] = {"nn": th.nn, "th": th, "torch": th}
 
@@ -127,7 +131,7 @@ def load_hyperparams(
         raise CliError(f"hyper-parameter file {str(source)!r} does not exist")
     try:
         document = yaml.safe_load(source.read_text())
-    except yaml.YAMLError as error:
+    except (yaml.YAMLError, ValueError, RecursionError) as error:  # a ValueError: a date such as 2001-02-30
         raise CliError(f"bad YAML in {source}: {' '.join(str(error).split())}") from None
     except (OSError, UnicodeDecodeError) as error:
         raise CliError(f"cannot read {source}: {error}") from None
@@ -167,7 +171,7 @@ def _parse_entry(
                 raise CliError(f"{source}: policy must be a name such as 'LinearPolicy', got {value!r}")
             hyperparams.policy = value
         elif key in {"n_timesteps", "n_envs"}:
-            if not isinstance(value, int | float) or isinstance(value, bool) or value < 1 or value != int(value):
+            if not _is_real(value) or not math.isfinite(value) or value < 1 or value != int(value):
                 raise CliError(f"{source}: {key} must be a positive whole number, got {value!r}")
             setattr(hyperparams, key, int(value))
         elif key == "normalize":
@@ -176,8 +180,16 @@ def _parse_entry(
             if not isinstance(value, dict):
                 raise CliError(f"{source}: normalize_kwargs must be a mapping, got {value!r}")
             normalize_kwargs.update(value)
+        elif key.endswith("_kwargs") and not isinstance(value, dict | None):
+            raise CliError(f"{source}: {key} must be a mapping, got {value!r}")
         else:
             hyperparams.algo_kwargs[key] = value
+    for name in [*(normalize if isinstance(normalize, dict) else {}), *normalize_kwargs]:
+        if name not in VEC_NORMALIZE_ARGUMENTS:
+            raise CliError(
+                f"{source}: normalize: {name!r} is not an argument of VecNormalize "
+                f"(known: {', '.join(VEC_NORMALIZE_ARGUMENTS)})"
+            )
     if isinstance(normalize, dict):
         hyperparams.normalize_kwargs = {"norm_reward": reward_normalization, **normalize, **normalize_kwargs}
     elif normalize is True:
@@ -191,11 +203,15 @@ def _parse_entry(
     return hyperparams
 
 
+def _is_real(value: Any) -> TypeGuard[int | float]:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def _read_noise(noise: dict[str, Any], source: pathlib.Path) -> tuple[str, float]:
     noise_type, noise_std = noise.get("noise_type"), noise.get("noise_std")
     if noise_type not in NOISE_TYPES:
         raise CliError(f"{source}: noise_type must be one of {', '.join(NOISE_TYPES)}, got {noise_type!r}")
-    if not isinstance(noise_std, int | float) or isinstance(noise_std, bool) or noise_std < 0:
+    if not _is_real(noise_std) or not math.isfinite(noise_std) or noise_std < 0:
         raise CliError(f"{source}: noise_type needs a noise_std, a non-negative number, got {noise_std!r}")
     return noise_type, float(noise_std)
 
@@ -215,8 +231,8 @@ def _read_value(key: str, value: Any, source: pathlib.Path) -> Any:
     if key in OBJECT_KEYS or text.startswith(tuple(f"{root}." for root in NAME_ROOTS)):
         try:
             return read_literal(text)
-        except (SyntaxError, ValueError) as error:
-            raise CliError(f"{source}: {key}: cannot read {value!r} ({error})") from None
+        except (SyntaxError, ValueError, TypeError, RecursionError, MemoryError) as error:  # TypeError: {[1]: 2}
+            raise CliError(f"{source}: {key}: cannot read {value!r} ({error or type(error).__name__})") from None
     return value
 
 

@@ -246,6 +246,8 @@ class PopulationAlgorithm(BaseAlgorithm):
         self._pending_candidates: np.ndarray | None = None
         self._pending_centre: np.ndarray | None = None  # the policy weights the pending population was sampled around
         self._evaluated_round: EvaluatedRound | None = None
+        # (evaluator id, round serial) of a batch sent and not collected (a Ctrl-C in get_results): resumed.
+        self._awaited_round: tuple[int, int | None] | None = None
         self._told_batches: list[ToldBatch] = []  # the round's earlier batches, under an interaction budget
         self._saved_obs_rms: RunningMeanStd | None = None
         # Every observation counted once, when the statistics the policy is normalised with lag behind them (see
@@ -563,7 +565,13 @@ class PopulationAlgorithm(BaseAlgorithm):
             )
         return async_eval
 
+    def _resumes_round(self, evaluator: CandidateEval) -> bool:
+        """:return: Whether ``evaluator`` still runs the batch this model sent it (a Ctrl-C stopped the wait)."""
+        return evaluator.pending_round is not None and self._awaited_round == (id(evaluator), evaluator.pending_round)
+
     def _sync_observation_statistics(self, evaluator: CandidateEval) -> None:
+        if self._resumes_round(evaluator):
+            return  # the workers run the batch with the statistics it was sent with, the model's since then
         workers_normalize = any(obs_rms is not None for obs_rms in evaluator.synced_obs_rms)
         if self._vec_normalize_env is None:
             if workers_normalize:
@@ -684,9 +692,12 @@ class PopulationAlgorithm(BaseAlgorithm):
         candidate_weights = self.ask()
         pop_size = len(candidate_weights)
         first_index = sum(len(batch.candidates) for batch in self._told_batches)
-        evaluator.seed(self._batch_seed())
-        evaluator.send_jobs(candidate_weights, pop_size)
-        results = evaluator.get_results()
+        if not self._resumes_round(evaluator):
+            evaluator.seed(self._batch_seed())
+            evaluator.send_jobs(candidate_weights, pop_size)
+            self._awaited_round = (id(evaluator), evaluator.pending_round)
+        results = evaluator.get_results()  # a Ctrl-C leaves the batch running: the next learn() collects it
+        self._awaited_round = None
         candidate_returns = np.empty(pop_size, dtype=np.float64)
         candidate_interactions = np.empty(pop_size, dtype=np.int64)
         episodes: list[tuple[int, int, float, int]] = []

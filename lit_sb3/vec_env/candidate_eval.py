@@ -9,6 +9,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
+import cloudpickle
 import numpy as np
 import torch as th
 from stable_baselines3.common.policies import BasePolicy
@@ -57,6 +58,12 @@ class CandidateEval(ABC):
     def n_workers(self) -> int:
         """Number of workers."""
         return self._n_workers
+
+    @property
+    def pending_round(self) -> int | None:
+        """The serial number of the round sent and not yet collected (a Ctrl-C in :meth:`get_results` leaves it
+        running: ``get_results()`` waits for it again), or None."""
+        return self._round_serial - 1 if self._round_pending else None
 
     # ------------------------------------------------------------------------------------ to implement
 
@@ -154,7 +161,11 @@ class CandidateEval(ABC):
                 raise TypeError("options must be a dict, a list of dicts (one per worker) or None")
         elif options is not None and not isinstance(options, dict):
             raise TypeError(f"options must be a dict, a list of dicts (one per worker) or None, got {type(options)!r}")
-        self._options = copy.deepcopy(options)
+        try:
+            options = cloudpickle.loads(cloudpickle.dumps(options))  # a copy, as the workers will receive it
+        except Exception as error:
+            raise TypeError(f"options cannot be sent to the workers: {error}") from error
+        self._options = options
         return [None] * self.n_workers
 
     def get_results(self) -> Results:
@@ -315,7 +326,11 @@ def _returning(env: VecEnv) -> Callable[[], VecEnv]:
 
 def _weights_matrix(candidate_weights: th.Tensor | np.ndarray, pop_size: int, n_params: int) -> np.ndarray:
     if isinstance(candidate_weights, th.Tensor):
-        weights = candidate_weights.detach().cpu().numpy()
+        tensor = candidate_weights.detach().cpu()
+        if tensor.is_complex():
+            raise TypeError(f"candidate_weights must be real, got a tensor of dtype {tensor.dtype}")
+        # numpy has no bfloat16 (nor float8): such tensors are read as the float32 the workers evaluate anyway.
+        weights = (tensor.float() if tensor.is_floating_point() else tensor).numpy()
     elif isinstance(candidate_weights, np.ndarray):
         weights = candidate_weights
     else:
@@ -334,8 +349,12 @@ def _weights_matrix(candidate_weights: th.Tensor | np.ndarray, pop_size: int, n_
     weights = weights[:pop_size]
     if not np.issubdtype(weights.dtype, np.number):
         raise TypeError(f"candidate_weights must be numeric, got dtype {weights.dtype}")
+    if np.issubdtype(weights.dtype, np.complexfloating):
+        raise TypeError(f"candidate_weights must be real, got dtype {weights.dtype}")
+    with np.errstate(over="ignore"):  # a value beyond float32's range becomes inf, refused below
+        weights = weights.astype(np.float32, copy=False)
     finite = np.isfinite(weights).all(axis=1)
     if not finite.all():
         bad = np.flatnonzero(~finite)
-        raise ValueError(f"candidate_weights has NaN or inf values in candidates {bad[:10].tolist()}")
+        raise ValueError(f"candidate_weights has NaN or inf values in candidates {bad[:10].tolist()} (as float32)")
     return weights

@@ -340,3 +340,19 @@ def test_stream_get_times_out_with_queue_empty(pool: WorkerPool) -> None:
     with pytest.raises(queue.Empty):
         stream.get(timeout=0.05)
     stream.cancel()
+
+
+def test_a_dead_workers_streams_wait_for_its_replacement_when_the_others_are_full(pool: WorkerPool) -> None:
+    payloads = [(30, 0.02, -1)] * 4
+    labels = [f"task {index}" for index in range(4)]
+    stream = pool.stream_tasks("count", payloads, labels=labels, capacities=[2, 2])  # the workers are full
+    items = take(stream, 12)
+    victim = items[-1].worker_index
+    kill_worker(pool, victim)
+    items += list(stream)
+    tasks_of = {worker: {item.task_index for item in items if item.worker_index == worker} for worker in (0, 1)}
+    assert len(tasks_of[1 - victim]) == 2  # the survivor never took a third stream
+    assert tasks_of[0] | tasks_of[1] == {0, 1, 2, 3}
+    per_task = {task: sorted(item.unit for item in items if item.task_index == task) for task in range(4)}
+    assert per_task == {task: list(range(30)) for task in range(4)}
+    assert pool.restarts == 1
