@@ -74,11 +74,13 @@ class WorkerKiller:
     :param pool_of: Returns the pool to pick from (None while there is none, e.g. before ``learn`` started it).
     :param interval: Mean seconds between two kills; each wait is uniform in ``[interval / 2, 3 * interval / 2]``.
     :param seed: Seeds the waits and the choice of workers.
+    :param max_kills: Most workers killed; None for no limit.
     """
 
     pool_of: Callable[[], WorkerPool | None]
     interval: float
     seed: int = 0
+    max_kills: int | None = None
     kills: list[Kill] = field(default_factory=list)
     seconds: float = 0.0  # how long it ran
 
@@ -103,19 +105,28 @@ class WorkerKiller:
 
     def _run(self) -> None:
         while not self._stop.wait(self._random.uniform(0.5, 1.5) * self.interval):
+            if self.max_kills is not None and len(self.kills) >= self.max_kills:
+                return
             pool = self.pool_of()
             if pool is None or pool.closed:
                 continue
             # Only workers that are running: killing replacements while they start, faster than they start (a Ray
             # actor takes seconds on a busy machine), would stall the run rather than test its recovery.
             running = [(index, slot.handle) for index, slot in enumerate(pool._slots) if slot.ready]
-            live = [(index, handle) for index, handle in running if _identity(handle) not in self._killed]
+            try:
+                live = [(index, handle) for index, handle in running if _identity(handle) not in self._killed]
+            except ValueError:  # a handle released meanwhile
+                continue
             if not live:
                 continue
             index, handle = self._random.choice(live)
-            target = _kill(handle)
+            try:
+                identity = _identity(handle)
+                target = _kill(handle)
+            except ValueError:  # the pool released the handle meanwhile (its process object is closed)
+                continue
             if target is not None:
-                self._killed.add(_identity(handle))
+                self._killed.add(identity)
                 self.kills.append(Kill(time.monotonic() - self._started, index, target))
 
 
@@ -205,15 +216,23 @@ def ars_weights(backend: ChaosBackend, budget: int, seed: int, killer: WorkerKil
     return weights, obs_rms.mean, obs_rms.var, np.array([obs_rms.count, restarts_or_seconds])
 
 
-def ars_case(backend: ChaosBackend, seconds: float, interval: float, seed: int, rounds: int | None = None) -> Outcome:
+def ars_case(
+    backend: ChaosBackend,
+    seconds: float,
+    interval: float,
+    seed: int,
+    *,
+    rounds: int | None = None,
+    max_kills: int | None = None,
+) -> Outcome:
     """ARS under fire ends with the weights of an undisturbed run (of ``rounds`` rounds, by default as many as an
-    undisturbed run does in ``seconds``)."""
+    undisturbed run does in ``seconds``; ``max_kills`` bounds the kills)."""
     steps_per_round = 2 * 8 * 200  # two candidates per direction, Pendulum's 200 steps
     if rounds is None:
         rounds = max(20, int(seconds / (ars_weights(backend, 20 * steps_per_round, seed, None)[3][1] / 20)))
     budget = rounds * steps_per_round
     expected = ars_weights(backend, budget, seed, None)
-    killer = WorkerKiller(lambda: None, interval, seed)
+    killer = WorkerKiller(lambda: None, interval, seed, max_kills)
     started = time.monotonic()
     got = ars_weights(backend, budget, seed, killer)
     elapsed = time.monotonic() - started
@@ -261,9 +280,10 @@ def ppo_case(backend: ChaosBackend, seconds: float, interval: float, seed: int, 
     model = injected_ppo(backend, GENEROUS_RESTARTS, seed)
     try:
         if budget is None:
+            model.learn(2000)  # starts the workers
             started = time.monotonic()
-            model.learn(2000)
-            budget = max(4000, int(model.num_timesteps / (time.monotonic() - started) * seconds))
+            model.learn(2000, reset_num_timesteps=False)
+            budget = max(4000, int(2000 / (time.monotonic() - started) * seconds))
         killer = WorkerKiller(lambda: model._collector.pool if model._collector is not None else None, interval, seed)
         started = time.monotonic()
         with killer.running():

@@ -15,8 +15,14 @@ import textwrap
 import time
 from pathlib import Path
 
+import numpy as np
 import psutil
 import pytest
+import torch as th
+from sb3_contrib.ars.policies import LinearPolicy
+
+from fixture_envs import scalar_vec_env
+from lit_sb3 import ARS, AsyncEval
 
 REPO = Path(__file__).resolve().parents[1]
 #: Longest delay between the start of a call and its SIGINT (seconds): from the call's first steps to deep in it.
@@ -175,3 +181,34 @@ def interrupt_at_random(target: str, interrupts: int) -> None:
         time.sleep(0.1)
     alive = [pid for pid in descendants if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
     assert alive == [], "processes of the script outlived it"
+
+
+def ars_weights(interrupt_round: int | None) -> np.ndarray:
+    """:return: ARS's weights after 6 rounds on an AsyncEval, with a Ctrl-C while waiting for round
+    ``interrupt_round`` (then ``learn()`` again)."""
+    model = ARS(LinearPolicy, scalar_vec_env(normalize=True), n_delta=2, seed=0)
+    with AsyncEval([lambda: scalar_vec_env(normalize=True)] * 2, model.policy) as async_eval:
+        finish_round = async_eval._finish_round
+        waits = []
+
+        def interrupted_once() -> list:
+            waits.append(len(waits))
+            if len(waits) - 1 == interrupt_round:
+                raise KeyboardInterrupt  # as Ctrl-C does while get_results() waits: the round stays pending
+            return finish_round()
+
+        async_eval._finish_round = interrupted_once  # type: ignore[method-assign]
+        budget = 6 * 4 * 20  # 6 rounds of 4 candidates of 20 steps
+        if interrupt_round is not None:
+            with pytest.raises(KeyboardInterrupt):
+                model.learn(budget, async_eval=async_eval)
+            assert async_eval.pending_round is not None
+            model.learn(budget - model.num_timesteps, async_eval=async_eval, reset_num_timesteps=False)
+        else:
+            model.learn(budget, async_eval=async_eval)
+        assert model.num_timesteps == budget
+    return th.nn.utils.parameters_to_vector(model.policy.parameters()).detach().numpy()
+
+
+def test_learn_after_a_ctrl_c_collects_the_round_left_running_and_ends_as_an_uninterrupted_run() -> None:
+    np.testing.assert_array_equal(ars_weights(interrupt_round=3), ars_weights(interrupt_round=None))
