@@ -11,8 +11,10 @@ seconds (uniformly between half and one and a half times ``--interval``) until t
 4. Each of the three with ``max_restarts=2`` and a kill every 0.3 s: the run must fail with
    :class:`~lit_sb3.workers.WorkerDiedError` naming ``max_restarts`` within seconds of the fatal kill.
 
-    python benchmarks/chaos.py            # a minute of kills per case, about 15 minutes on 2 cores
-    python benchmarks/chaos.py --quick    # about 8 s of kills per case
+    python benchmarks/chaos.py --backends local   # a minute of training per case, about 8 minutes on 2 cores
+    python benchmarks/chaos.py --backends ray --quick --seconds 6 --results benchmarks/results
+                                                  # Ray: each replaced actor takes seconds to start (15 minutes)
+    python benchmarks/chaos.py --quick            # about 8 s of training per case, both backends
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from stable_baselines3.common.vec_env import VecEnv, VecNormalize
 
 from lit_sb3 import ARS, AsyncEval, WorkerDiedError
 from lit_sb3.agents.async_agent import get_injected_agent
-from lit_sb3.cli.bench_results import Column, LoadSampler, Table
+from lit_sb3.cli.bench_results import RESULTS_FOLDER, Column, LoadSampler, Table, new_result, save_result
 from lit_sb3.engine import AsyncRLEngine, DataBuffer, EngineConfig, EnvGroup, PolicyGroup
 from lit_sb3.envs.multi_env import IndexableMultiEnv
 from lit_sb3.workers.pool import WorkerPool
@@ -459,6 +461,9 @@ def main() -> None:
     parser.add_argument("--interval", type=float, default=None, help="mean seconds between kills (3, quick 1)")
     parser.add_argument("--backends", nargs="+", default=["local", "ray"], choices=["local", "ray"])
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--results", default=None, help=f"folder of the result file (default: {RESULTS_FOLDER}; quick runs: none)"
+    )
     args = parser.parse_args()
     seconds = args.seconds or (8.0 if args.quick else 60.0)
     interval = args.interval or (1.0 if args.quick else 3.0)
@@ -469,6 +474,11 @@ def main() -> None:
     print("\n" + table.markdown())
     low, high = load.span()
     print(f"\nload average (1 min) during the run: {low} to {high}")
+    if args.results or not args.quick:
+        name = "chaos_" + "_".join(args.backends)
+        conditions = f"a worker killed every {interval:g} s on average, for about {seconds:g} s of training per case"
+        result = new_result(name, {"chaos": table}, load, conditions, packages=["ray"])
+        print(f"\nwrote {save_result(result, args.results or RESULTS_FOLDER)}")
     failed = [outcome for outcome in outcomes if not outcome.passed]
     if failed:
         raise SystemExit(f"{len(failed)} case(s) failed: " + "; ".join(_line(outcome) for outcome in failed))

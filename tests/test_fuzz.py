@@ -364,6 +364,7 @@ def test_any_hyperparameter_file_is_taken_or_refused_with_a_cli_error() -> None:
         (f"policy_kwargs: '{'(' * 100}1{')' * 100}'", "policy_kwargs must be a mapping, got 1"),
         ("normalize: 'dict(norm_obs=True, bogus=1)'", "normalize: 'bogus' is not an argument of VecNormalize"),
         ("0: 0000-00-00", "bad YAML in .*year 0 is out of range"),
+        ("? '\n\n'\n: 1", r"has no entry for CartPole-v1 \(it has '\\n'\)"),
         ("n_delta: " + "[" * 60 + "]" * 60, "bad hyper-parameters for ARS: n_delta must be an int"),
     ],
 )

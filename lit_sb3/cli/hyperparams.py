@@ -143,7 +143,9 @@ def load_hyperparams(
     elif any(key in RUN_KEYS or key in NOISE_KEYS or key in known for key in document):
         entry = document
     else:
-        entries = ", ".join(str(key) for key in document)
+        entries = ", ".join(
+            key if isinstance(key, str) and key.isprintable() and key else repr(key) for key in document
+        )
         raise CliError(f"{source} has no entry for {env_id} (it has {entries})")
     if not isinstance(entry, dict):
         raise CliError(f"{source}: the entry for {env_id} must be a mapping of hyper-parameters")
