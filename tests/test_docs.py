@@ -125,6 +125,8 @@ def test_benchmark_tables_match_their_result_files() -> None:
     results = renderer.load_results()  # type: ignore[attr-defined]
     assert sorted(results) == [
         "asynceval_vs_sb3contrib",
+        "chaos_local",
+        "chaos_ray",
         "engine",
         "gradient_agents",
         "learning_study",

@@ -342,7 +342,7 @@ def test_any_hyperparameter_file_is_taken_or_refused_with_a_cli_error() -> None:
             try:
                 hyperparams = load_hyperparams(path, "CartPole-v1", ARS)
                 assert isinstance(hyperparams, Hyperparams)
-                training, total_timesteps = _population_training(train_arguments(path), "ars")  # builds the model
+                training, total_timesteps = _population_training(train_arguments(path), "ars", path)  # builds the model
             except CliError as error:
                 message = str(error)
                 assert message and "\n" not in message.strip() and "Traceback" not in message
@@ -373,7 +373,7 @@ def test_values_that_broke_the_reader_are_refused_by_name(tmp_path: pathlib.Path
     path.write_text(document)
     with pytest.raises(CliError, match=message):
         load_hyperparams(path, "CartPole-v1", ARS)
-        _population_training(train_arguments(path), "ars")
+        _population_training(train_arguments(path), "ars", path)
 
 
 # ------------------------------------------------------------------------------------ saved models, other spaces
