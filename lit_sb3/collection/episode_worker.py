@@ -21,6 +21,7 @@ from lit_sb3.collection.envs import owns_env
 from lit_sb3.collection.episodes import ActingSpec, EpisodePacket, Progress, collection_seed
 from lit_sb3.collection.stepping import EnvStepper, StepOutcome
 from lit_sb3.collection.weights import acting_module, load_flat_weights, read_board
+from lit_sb3.evaluation.monitor_history import bound_monitor_history
 from lit_sb3.workers.app import TaskError, WorkerApp
 from lit_sb3.workers.arrays import ArrayHandle
 from lit_sb3.workers.shared_array import OpenedArrays
@@ -230,7 +231,9 @@ class EpisodeWorker(WorkerApp):
     ) -> None:
         (env_index,) = args
         if env_index not in self._envs:
-            self._envs[env_index] = self.env_fns[env_index]()
+            env = self._envs[env_index] = self.env_fns[env_index]()
+            if owns_env(self.env_fns[env_index]):  # the agent's own environment keeps its Monitor as it is
+                bound_monitor_history(env)
         taken = {run.slot for run in self._running}
         free = [slot for slot in range(self.max_envs) if slot not in taken]
         if not free:

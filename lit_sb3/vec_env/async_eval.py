@@ -15,6 +15,7 @@ from stable_baselines3.common.vec_env import VecEnv
 
 from lit_sb3.checks import check_non_negative_int, check_positive_int, check_positive_number
 from lit_sb3.evaluation.evaluator import CandidateEvaluator, RoundSpec
+from lit_sb3.evaluation.monitor_history import BoundedMonitorHistory
 from lit_sb3.vec_env.candidate_eval import CandidateEval, ChunkResult
 from lit_sb3.workers.backend import WorkerHandle
 from lit_sb3.workers.choice import BackendChoice, BackendSpelling
@@ -110,7 +111,7 @@ class AsyncEval(CandidateEval):
         self.chunk_size = chunk_size
         self._pool = WorkerPool(
             [
-                functools.partial(CandidateEvaluator, env_fn, policy, n_eval_episodes, index)
+                functools.partial(CandidateEvaluator, BoundedMonitorHistory(env_fn), policy, n_eval_episodes, index)
                 for index, env_fn in enumerate(envs_fn)
             ],
             backend=chosen_backend,
