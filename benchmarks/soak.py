@@ -21,8 +21,8 @@ everything, against what there was before it.
 
 Usage: ``python benchmarks/soak.py`` (10,000 rounds, 200 cycles of each kind, 2,000 train steps: hours on two
 shared cores), ``--quick`` (a tenth of each), ``--parts asynceval threads`` for some of the parts, ``--rounds``,
-``--cycles``, ``--train-steps`` to set the counts, ``--trace`` to print the largest growths of Python allocations
-(``tracemalloc``, main process) after each part.
+``--cycles``, ``--ray-cycles``, ``--train-steps`` to set the counts, ``--trace`` to print the largest growths of
+Python allocations (``tracemalloc``, main process) after each part.
 """
 
 from __future__ import annotations
@@ -365,6 +365,7 @@ def main() -> None:
     parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
     parser.add_argument("--rounds", type=int, help="AsyncEval rounds (default 10,000)")
     parser.add_argument("--cycles", type=int, help="create/learn/shutdown cycles of each kind (default 200)")
+    parser.add_argument("--ray-cycles", type=int, help="cycles on Ray (default: as many as --cycles)")
     parser.add_argument("--train-steps", type=int, help="train steps of the engine run (default 2,000)")
     parser.add_argument("--checkpoints", type=int, default=20, help="checkpoints per part")
     parser.add_argument("--trace", action="store_true", help="print tracemalloc's largest growths after each part")
@@ -375,6 +376,7 @@ def main() -> None:
     scale = 0.1 if args.quick else 1.0
     rounds = args.rounds or int(10_000 * scale)
     cycles = args.cycles or int(200 * scale)
+    ray_cycles_count = args.ray_cycles or cycles
     train_steps = args.train_steps or int(2_000 * scale)
     torch.set_num_threads(1)
     load = LoadSampler()
@@ -384,7 +386,7 @@ def main() -> None:
         "sb3": (cycles, 100, "100 cycles", sb3_cycles),
         "threads": (cycles, 100, "100 cycles", functools.partial(agent_cycles, use_mp=False)),
         "processes": (cycles, 100, "100 cycles", functools.partial(agent_cycles, use_mp=True)),
-        "ray": (cycles, 100, "100 cycles", ray_cycles),
+        "ray": (ray_cycles_count, 100, "100 cycles", ray_cycles),
         "engine": (train_steps, 1_000, "1,000 train steps", engine_run),
     }
     for name in args.parts:
@@ -393,7 +395,7 @@ def main() -> None:
         load.sample()
     table = Table(COLUMNS, [part.row() for part in soak.parts])
     print("\n" + table.markdown())
-    counts_given = any(count is not None for count in (args.rounds, args.cycles, args.train_steps))
+    counts_given = any(count is not None for count in (args.rounds, args.cycles, args.ray_cycles, args.train_steps))
     full = not args.quick and not counts_given and args.parts == list(PARTS)
     if args.results or full:
         conditions = (
