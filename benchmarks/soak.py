@@ -40,7 +40,7 @@ import threading
 import time
 import tracemalloc
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import astuple, dataclass, field, fields
 from multiprocessing import shared_memory
 from typing import Any
 
@@ -145,18 +145,37 @@ class Sampler:
         )
 
 
+#: The figures of a sample, in the order of :class:`Sample`'s fields.
+FIELDS = [sample_field.name for sample_field in fields(Sample)]
+
+
 @dataclass
 class Part:
-    """One part of the soak: its checkpoints (iteration, sample) and what was there before and after it."""
+    """
+    One part of the soak: what there was before and after it, and its checkpoints, kept in preallocated arrays
+    (a list of samples would add Python objects of its own at every checkpoint).
+    """
 
     name: str
     iterations: int
     unit: int
     unit_name: str
     before: Sample
-    checkpoints: list[tuple[int, Sample]] = field(default_factory=list)
+    capacity: int
     after: Sample | None = None
     seconds: float = 0.0
+    count: int = 0
+    done: np.ndarray = field(init=False)
+    values: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.done = np.zeros(self.capacity)
+        self.values = np.zeros((self.capacity, len(FIELDS)))
+
+    def record(self, done: int, sample: Sample) -> None:
+        self.done[self.count] = done
+        self.values[self.count] = astuple(sample)
+        self.count += 1
 
     @property
     def warm_up(self) -> int:
@@ -164,18 +183,16 @@ class Part:
 
     def growth(self, key: str) -> float:
         """:return: The least-squares slope of ``key`` over the checkpoints after the warm-up, per unit."""
-        points = [
-            (iteration, asdict(sample)[key]) for iteration, sample in self.checkpoints if iteration >= self.warm_up
-        ]
-        if len(points) < 2:
+        warmed = self.done[: self.count] >= self.warm_up
+        if warmed.sum() < 2:
             return float("nan")
-        x, y = np.array(points, dtype=float).T
+        x, y = self.done[: self.count][warmed], self.values[: self.count, FIELDS.index(key)][warmed]
         return float(np.polyfit(x, y, 1)[0] * self.unit)
 
     def row(self) -> dict[str, Any]:
         assert self.after is not None
-        warmed = next(sample for iteration, sample in self.checkpoints if iteration >= self.warm_up)
-        last = self.checkpoints[-1][1]
+        first = int(np.argmax(self.done[: self.count] >= self.warm_up))
+        warmed, last = (Sample(*self.values[index]) for index in (first, self.count - 1))
         left = {
             key: getattr(self.after, key) - getattr(self.before, key)
             for key in ("threads", "processes", "shm_segments", "open_files")
@@ -214,8 +231,8 @@ class Soak:
         :param body: Runs the part, yielding the number of iterations done after each one; closes everything when
             exhausted.
         """
-        part = Part(name, iterations, unit, unit_name, self.sampler.sample())
         every = max(1, iterations // self.n_checkpoints)
+        part = Part(name, iterations, unit, unit_name, self.sampler.sample(), capacity=iterations // every + 1)
         started = time.monotonic()
         snapshot = None
         for done in body():
@@ -234,7 +251,7 @@ class Soak:
 
     def checkpoint(self, part: Part, done: int) -> None:
         sample = self.sampler.sample()
-        part.checkpoints.append((done, sample))
+        part.record(done, sample)
         print(
             f"{part.name} {done:>6,}: main {sample.main_rss:.1f} MiB ({sample.main_trimmed_rss:.1f} trimmed), "
             f"others {sample.workers_rss:.1f} MiB, {sample.python_objects:,} objects, {sample.open_files} files, "
