@@ -132,6 +132,7 @@ def test_benchmark_tables_match_their_result_files() -> None:
         "learning_study",
         "learning_study_mujoco",
         "ray_backend",
+        "soak",
     ]
     assert renderer.stale_pages(PAGES, results) == []  # type: ignore[attr-defined]
     rendered = "".join(page.read_text() for page in PAGES)
