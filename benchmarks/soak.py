@@ -8,6 +8,7 @@
 - ``threads``, ``processes``, ``ray``: ``get_injected_agent(PPO)`` on two Pendulum-v1 environments built, trained
   for two rollouts of 64 steps and shut down (``use_mp=False``; ``use_mp=True``; ``use_mp=True, backend="ray"`` on a
   local Ray instance started once for the part).
+- ``ray-actors``: the reference for the Ray cycles: two bare Ray actors created, called once and killed (Ray alone).
 - ``engine``: one ``AsyncRLEngine`` run of PPO on two Pendulum-v1 environments in worker processes, for a number of
   train steps (rollouts of 128 steps, one epoch).
 
@@ -58,7 +59,7 @@ from lit_sb3.cli.bench_results import RESULTS_FOLDER, Column, LoadSampler, Table
 from lit_sb3.engine import AsyncRLEngine, DataBuffer, EngineConfig, EnvGroup, PolicyGroup
 from lit_sb3.envs.multi_env import IndexableMultiEnv
 
-PARTS = ("asynceval", "sb3", "threads", "processes", "ray", "engine")
+PARTS = ("asynceval", "sb3", "threads", "processes", "ray", "ray-actors", "engine")
 SHM = pathlib.Path("/dev/shm")
 MIB = 2**20
 
@@ -320,6 +321,30 @@ def ray_cycles(cycles: int) -> Iterator[int]:
         ray.shutdown()
 
 
+class Echo:
+    """A bare Ray actor."""
+
+    def echo(self, value: Any) -> Any:
+        return value
+
+
+def ray_actor_cycles(cycles: int) -> Iterator[int]:
+    import ray
+
+    echo_actor = ray.remote(Echo)
+    ray.init(address="local", include_dashboard=False)
+    try:
+        for done in range(1, cycles + 1):
+            actors: list[Any] = [echo_actor.options(max_restarts=0).remote() for _ in range(2)]
+            ray.get([actor.echo.remote(np.zeros(100)) for actor in actors])
+            for actor in actors:
+                ray.kill(actor)
+            del actors
+            yield done
+    finally:
+        ray.shutdown()
+
+
 def engine_run(train_steps: int) -> Iterator[int]:
     steps: queue.SimpleQueue[int | None] = queue.SimpleQueue()  # train steps done; None once the run ended
     resume: queue.SimpleQueue[None] = queue.SimpleQueue()  # the checkpoint of a step is taken: train on
@@ -404,6 +429,7 @@ def main() -> None:
         "threads": (cycles, 100, "100 cycles", functools.partial(agent_cycles, use_mp=False)),
         "processes": (cycles, 100, "100 cycles", functools.partial(agent_cycles, use_mp=True)),
         "ray": (ray_cycles_count, 100, "100 cycles", ray_cycles),
+        "ray-actors": (ray_cycles_count, 100, "100 cycles", ray_actor_cycles),
         "engine": (train_steps, 1_000, "1,000 train steps", engine_run),
     }
     for name in args.parts:
