@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
-from gymnasium import spaces
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.buffers import ReplayBuffer
 from stable_baselines3.common.callbacks import BaseCallback
@@ -35,6 +34,7 @@ from lit_sb3.collection import (
 from lit_sb3.collection.acting import samples_directly
 from lit_sb3.collection.collector import WORKER_PRELOAD
 from lit_sb3.collection.envs import EnvFactory, collection_env_fns
+from lit_sb3.collection.observations import select, stack
 from lit_sb3.workers.choice import BackendChoice
 
 Algorithm = TypeVar("Algorithm", bound=BaseAlgorithm)
@@ -123,10 +123,6 @@ class _AsyncAgent:
             self._collection_env_fns(self.env)  # refuses what the workers cannot step
         if reproducible:
             self._check_reproducible()
-        if self.env is not None and self.env.observation_space.__class__ not in (spaces.Box, spaces.Discrete):
-            raise ValueError(
-                f"async collection supports Box and Discrete observations, got {self.env.observation_space}"
-            )
 
     def _check_reproducible(self) -> None:
         if not isinstance(self, OnPolicyAlgorithm):
@@ -280,7 +276,7 @@ class _AsyncOnPolicy(_AsyncAgent):
         for start in range(0, rollout.length, n_envs):
             stop = min(start + n_envs, rollout.length)
             rewards, dones, infos = rollout.rewards[start:stop], rollout.dones[start:stop], rollout.infos[start:stop]
-            new_obs, actions = rollout.new_observations[start:stop], rollout.actions[start:stop]
+            new_obs, actions = select(rollout.new_observations, slice(start, stop)), rollout.actions[start:stop]
             self.num_timesteps += stop - start
             callback.update_locals(locals())
             if not callback.on_step():
@@ -340,7 +336,7 @@ class _AsyncOffPolicy(_AsyncAgent):
             rewards = np.array([transition.episode.rewards[transition.step] for transition in transitions])
             dones = np.array([transition.done for transition in transitions])
             infos = [transition.info for transition in transitions]
-            new_obs = np.stack([transition.episode.observations[transition.step + 1] for transition in transitions])
+            new_obs = stack([select(item.episode.observations, item.step + 1) for item in transitions])
             self.num_timesteps += n_envs
             collected_steps += 1
             callback.update_locals(locals())

@@ -24,6 +24,7 @@ from stable_baselines3.common.distributions import (
 from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.preprocessing import is_image_space
 from stable_baselines3.common.torch_layers import FlattenExtractor, MlpExtractor
+from stable_baselines3.common.type_aliases import PyTorchObs
 
 from lit_sb3.evaluation.policy_kernels import (
     DenseLayer,
@@ -50,7 +51,7 @@ def samples_directly(policy: ActorCriticPolicy) -> bool:
 
 
 def sample_on_policy(
-    policy: ActorCriticPolicy, observations: th.Tensor, generator: th.Generator | None = None
+    policy: ActorCriticPolicy, observations: PyTorchObs, generator: th.Generator | None = None
 ) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
     """
     What ``policy(observations)`` returns (actions, values, log-probabilities), with categorical and diagonal
@@ -60,7 +61,7 @@ def sample_on_policy(
     policies (see :func:`samples_directly`) go through the policy.
 
     :param policy: The acting policy.
-    :param observations: A batch of observations, as tensors.
+    :param observations: A batch of observations, as tensors (a dict of them for Dict observations).
     :param generator: Draws the actions (the global generator if None); only where :func:`samples_directly`.
     :return: Actions (shaped as the action space, batched), values and log-probabilities.
     """

@@ -29,6 +29,7 @@ from stable_baselines3.common.vec_env import (
 )
 from stable_baselines3.common.vec_env.stacked_observations import StackedObservations
 
+from lit_sb3.collection.observations import select
 from lit_sb3.envs.multi_env import IndexableMultiEnv
 
 EnvFactory = Callable[[], gym.Env]
@@ -144,15 +145,37 @@ class WrappedEnv:
 
 
 class TransposedImage(gym.ObservationWrapper):
-    """``VecTransposeImage`` for one environment: channel-last images become channel-first."""
+    """
+    ``VecTransposeImage`` for one environment: channel-last images become channel-first.
 
-    def __init__(self, env: gym.Env) -> None:
+    :param env: The environment.
+    :param image_keys: Of a Dict observation space, the keys of the images (``VecTransposeImage.image_space_keys``);
+        None for an image observation space.
+    """
+
+    def __init__(self, env: gym.Env, image_keys: tuple[str, ...] | None = None) -> None:
         super().__init__(env)
-        assert isinstance(env.observation_space, spaces.Box)  # checked when the VecEnv was peeled
-        self.observation_space = VecTransposeImage.transpose_space(env.observation_space)
+        self.image_keys = image_keys
+        space = env.observation_space
+        if image_keys is None:
+            assert isinstance(space, spaces.Box)  # checked when the VecEnv was peeled
+            self.observation_space = VecTransposeImage.transpose_space(space)
+        else:
+            assert isinstance(space, spaces.Dict)
+            self.observation_space = spaces.Dict(
+                {
+                    key: VecTransposeImage.transpose_space(subspace, key) if key in image_keys else subspace  # type: ignore[arg-type]
+                    for key, subspace in space.spaces.items()
+                }
+            )
 
-    def observation(self, observation: np.ndarray) -> np.ndarray:
-        return VecTransposeImage.transpose_image(observation)
+    def observation(self, observation: Any) -> Any:
+        if self.image_keys is None:
+            return VecTransposeImage.transpose_image(observation)
+        return {
+            key: VecTransposeImage.transpose_image(value) if key in self.image_keys else value
+            for key, value in observation.items()
+        }
 
 
 class StackedFrames(gym.Wrapper):
@@ -161,23 +184,30 @@ class StackedFrames(gym.Wrapper):
 
     :param env: The environment.
     :param n_stack: Observations stacked.
-    :param channels_order: ``"first"`` or ``"last"``: the axis they are stacked on.
+    :param channels_order: ``"first"`` or ``"last"``: the axis they are stacked on (per key for Dict observations).
     """
 
-    def __init__(self, env: gym.Env, n_stack: int, channels_order: str) -> None:
+    def __init__(self, env: gym.Env, n_stack: int, channels_order: str | dict[str, str]) -> None:
         super().__init__(env)
-        assert isinstance(env.observation_space, spaces.Box)  # checked when the VecEnv was peeled
-        self.stacked = StackedObservations(1, n_stack, env.observation_space, channels_order)
+        assert isinstance(env.observation_space, spaces.Box | spaces.Dict)  # checked when the VecEnv was peeled
+        self.stacked: StackedObservations[Any] = StackedObservations(1, n_stack, env.observation_space, channels_order)
         self.observation_space = self.stacked.stacked_observation_space
 
-    def reset(self, **kwargs: Any) -> tuple[np.ndarray, dict[str, Any]]:
+    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
         observation, info = self.env.reset(**kwargs)
-        return self.stacked.reset(observation[None])[0], info
+        return select(self.stacked.reset(select(observation, None)), 0), info
 
-    def step(self, action: Any) -> tuple[np.ndarray, SupportsFloat, bool, bool, dict[str, Any]]:
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         observation, reward, terminated, truncated, info = self.env.step(action)
-        stacked, _ = self.stacked.update(observation[None], np.zeros(1, dtype=bool), [{}])
-        return stacked[0], reward, terminated, truncated, info
+        stacked, _ = self.stacked.update(select(observation, None), np.zeros(1, dtype=bool), [{}])
+        return select(stacked, 0), reward, terminated, truncated, info
+
+
+def _channels_order(stacked: StackedObservations) -> str | dict[str, str]:
+    """:return: The axis ``VecFrameStack``'s stacks are on, as ``StackedObservations`` takes it."""
+    if hasattr(stacked, "sub_stacked_observations"):
+        return {key: _channels_order(sub) for key, sub in stacked.sub_stacked_observations.items()}  # type: ignore[misc]
+    return "first" if stacked.channels_first else "last"
 
 
 def _peeled(env: VecEnv) -> tuple[DummyVecEnv, list[Callable[[gym.Env], gym.Env]]]:
@@ -192,16 +222,14 @@ def _peeled(env: VecEnv) -> tuple[DummyVecEnv, list[Callable[[gym.Env], gym.Env]
                 "VecMonitor with a filename: async collection reports episodes in info['episode'] but writes no "
                 "monitor file; wrap each environment in Monitor(env, filename) instead"
             )
-        if isinstance(env, VecTransposeImage | VecFrameStack) and not isinstance(
-            env.venv.observation_space, spaces.Box
-        ):
-            raise TypeError(f"async collection reproduces {type(env).__name__} for Box observations only")
         if isinstance(env, VecTransposeImage):
             if not env.skip:
-                wrappers.append(TransposedImage)
+                dict_space = isinstance(env.venv.observation_space, spaces.Dict)
+                image_keys = tuple(env.image_space_keys) if dict_space else None
+                wrappers.append(functools.partial(TransposedImage, image_keys=image_keys))
         elif isinstance(env, VecFrameStack):
             stacked = env.stacked_obs
-            order = "first" if stacked.channels_first else "last"
+            order = _channels_order(stacked)
             wrappers.append(functools.partial(StackedFrames, n_stack=stacked.n_stack, channels_order=order))
         elif isinstance(env, VecNormalize):
             raise TypeError("VecNormalize must be the outermost wrapper of an injected agent's environment")

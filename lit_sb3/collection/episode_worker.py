@@ -19,6 +19,7 @@ from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
 from lit_sb3.collection.acting import NumpyActorCritic, NumpyStateDependentActorCritic, sample_on_policy
 from lit_sb3.collection.envs import owns_env
 from lit_sb3.collection.episodes import ActingSpec, EpisodePacket, Progress, collection_seed
+from lit_sb3.collection.observations import Observations, as_tensor, select, stack
 from lit_sb3.collection.stepping import EnvStepper, StepOutcome
 from lit_sb3.collection.weights import acting_module, load_flat_weights, read_board
 from lit_sb3.evaluation.monitor_history import bound_monitor_history
@@ -26,6 +27,8 @@ from lit_sb3.workers.app import TaskError, WorkerApp
 from lit_sb3.workers.arrays import ArrayHandle
 from lit_sb3.workers.shared_array import OpenedArrays
 
+#: The action spaces workers act in (those of Stable-Baselines3's algorithms).
+ACTION_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
 #: Steps an ``advance`` runs at most before the worker reads its messages (weights, cancels, credit).
 STEPS_PER_ADVANCE = 32
 
@@ -165,8 +168,11 @@ class EpisodeWorker(WorkerApp):
         self._envs: dict[int, gym.Env] = {}
         self._running: list[EnvironmentRun] = []
         self._steps_since_noise = 0
-        if not isinstance(self.policy.action_space, spaces.Box | spaces.Discrete):
-            raise ValueError(f"async collection supports Box and Discrete actions, got {self.policy.action_space}")
+        if not isinstance(self.policy.action_space, ACTION_SPACES):
+            raise ValueError(
+                "async collection supports Box, Discrete, MultiDiscrete and MultiBinary actions, got "
+                f"{self.policy.action_space}"
+            )
         self.action_space: spaces.Space = self.policy.action_space
         free_running = spec.on_policy and spec.lockstep_steps is None and not spec.use_sde
         self._numpy_acting = (
@@ -332,13 +338,13 @@ class EpisodeWorker(WorkerApp):
         if self.spec.use_sde and self.spec.sde_sample_freq > 0 and self._steps_since_noise >= self.spec.sde_sample_freq:
             self._resample_noise()
         self._steps_since_noise += 1
-        observations = np.stack([run.observation for run in running])
+        observations = stack([run.observation for run in running])
         normalization, obs_rms = self.spec.normalization, self.progress.obs_rms
         if normalization is not None and obs_rms is not None:
             observations = normalization.apply(observations, obs_rms)
             if self.spec.on_policy:
                 for index, run in enumerate(running):
-                    run.acted_observations.append(observations[index])
+                    run.acted_observations.append(select(observations, index))
         values: np.ndarray | None = None
         log_probs: np.ndarray | None = None
         if self.spec.on_policy:
@@ -376,11 +382,12 @@ class EpisodeWorker(WorkerApp):
         return False
 
     def _act_on_policy(
-        self, observations: np.ndarray, running: list[EnvironmentRun]
+        self, observations: Observations, running: list[EnvironmentRun]
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         policy = self.policy
         assert isinstance(policy, ActorCriticPolicy)
         if self._numpy_acting is not None:
+            assert isinstance(observations, np.ndarray)  # the numpy path is for Box observations
             actions, values, log_probs = self._numpy_acting.act(observations, [run.rng for run in running])
         elif self._numpy_sde is not None:
             acting = self._numpy_sde
@@ -390,8 +397,8 @@ class EpisodeWorker(WorkerApp):
             matrices = [run.exploration_matrix for run in running]
             actions, values, log_probs = acting.act(observations, matrices)  # type: ignore[arg-type]
         else:
-            with th.no_grad():  # Box or Discrete observations on the CPU: obs_to_tensor's checks add nothing
-                actions_t, values_t, log_probs_t = sample_on_policy(policy, th.as_tensor(observations))
+            with th.no_grad():  # observations of the policy's space on the CPU: obs_to_tensor's checks add nothing
+                actions_t, values_t, log_probs_t = sample_on_policy(policy, as_tensor(observations))
             actions, values, log_probs = actions_t.numpy(), values_t.flatten().numpy(), log_probs_t.numpy()
         env_actions = actions
         if isinstance(self.action_space, spaces.Box):
@@ -402,7 +409,9 @@ class EpisodeWorker(WorkerApp):
             )
         return env_actions, actions, values, log_probs
 
-    def _act_off_policy(self, observations: np.ndarray, running: list[EnvironmentRun]) -> tuple[np.ndarray, np.ndarray]:
+    def _act_off_policy(
+        self, observations: Observations, running: list[EnvironmentRun]
+    ) -> tuple[np.ndarray, np.ndarray]:
         spec, space = self.spec, self.action_space
         warm_up = self.progress.num_timesteps < spec.learning_starts and not (spec.use_sde and spec.use_sde_at_warmup)
         if warm_up:
@@ -428,8 +437,12 @@ class EpisodeWorker(WorkerApp):
         space = self.action_space
         if isinstance(space, spaces.Box):
             return rng.uniform(space.low, space.high).astype(space.dtype)
-        assert isinstance(space, spaces.Discrete)
-        return np.asarray(space.start + rng.integers(space.n), dtype=space.dtype)
+        if isinstance(space, spaces.Discrete):
+            return np.asarray(space.start + rng.integers(space.n), dtype=space.dtype)
+        if isinstance(space, spaces.MultiDiscrete):
+            return (space.start + rng.integers(space.nvec)).astype(space.dtype)
+        assert isinstance(space, spaces.MultiBinary)
+        return rng.integers(0, 2, size=space.shape).astype(space.dtype)
 
     def _finish(self, run: EnvironmentRun, terminated: bool, truncated: bool) -> None:
         rewards = np.asarray(run.rewards, dtype=np.float32)
@@ -451,8 +464,8 @@ class EpisodeWorker(WorkerApp):
         packet = EpisodePacket(
             env_index=run.env_index,
             episode_index=run.episode_index,
-            observations=np.stack(run.observations),
-            acted_observations=np.stack(run.acted_observations) if run.acted_observations else None,
+            observations=stack(run.observations),
+            acted_observations=stack(run.acted_observations) if run.acted_observations else None,
             actions=np.stack(run.actions),
             rewards=rewards,
             train_rewards=train_rewards,

@@ -9,6 +9,11 @@ import numpy as np
 from stable_baselines3.common.noise import ActionNoise
 from stable_baselines3.common.running_mean_std import RunningMeanStd
 
+from lit_sb3.collection.observations import Observations
+
+#: ``VecNormalize``'s observation statistics: one, or one per normalised key of a Dict observation space.
+ObservationStatistics = RunningMeanStd | dict[str, RunningMeanStd]
+
 
 @dataclass(frozen=True)
 class ObservationNormalization:
@@ -22,12 +27,19 @@ class ObservationNormalization:
     clip_obs: float
     epsilon: float
 
-    def apply(self, observations: np.ndarray, obs_rms: RunningMeanStd) -> np.ndarray:
+    def apply(self, observations: Observations, obs_rms: ObservationStatistics) -> Observations:
         """
         :param observations: Raw observations.
-        :param obs_rms: The statistics.
+        :param obs_rms: The statistics (per key for Dict observations: the keys ``VecNormalize`` normalises).
         :return: The observations as ``VecNormalize`` normalises them.
         """
+        if isinstance(observations, dict):
+            assert isinstance(obs_rms, dict)
+            return {**observations, **{key: self._scaled(observations[key], obs_rms[key]) for key in obs_rms}}
+        assert isinstance(obs_rms, RunningMeanStd)
+        return self._scaled(observations, obs_rms)
+
+    def _scaled(self, observations: np.ndarray, obs_rms: RunningMeanStd) -> np.ndarray:
         scaled = (observations - obs_rms.mean) / np.sqrt(obs_rms.var + self.epsilon)
         return np.clip(scaled, -self.clip_obs, self.clip_obs).astype(np.float32)
 
@@ -78,7 +90,7 @@ class Progress:
 
     num_timesteps: int
     exploration_rate: float = 0.0
-    obs_rms: RunningMeanStd | None = None
+    obs_rms: ObservationStatistics | None = None
 
 
 @dataclass(frozen=True)
@@ -88,7 +100,8 @@ class EpisodePacket:
 
     :param env_index: Index of the environment in the agent's ``IndexableMultiEnv``.
     :param episode_index: Index of the episode among that environment's episodes.
-    :param observations: ``T + 1`` raw observations: before each step, then the last one (terminal or truncated).
+    :param observations: ``T + 1`` raw observations: before each step, then the last one (terminal or truncated);
+        one array per key for Dict observations.
     :param acted_observations: The ``T`` observations as the policy saw them, when the worker normalised them.
     :param actions: The ``T`` actions as the buffer stores them (on-policy: sampled; off-policy: scaled).
     :param rewards: The ``T`` environment rewards.
@@ -111,8 +124,8 @@ class EpisodePacket:
 
     env_index: int
     episode_index: int
-    observations: np.ndarray
-    acted_observations: np.ndarray | None
+    observations: Observations
+    acted_observations: Observations | None
     actions: np.ndarray
     rewards: np.ndarray
     train_rewards: np.ndarray

@@ -24,6 +24,7 @@ from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
 from lit_sb3.collection.acting import sample_on_policy, samples_directly
 from lit_sb3.collection.episode_worker import EnvironmentRun, EpisodeWorker
 from lit_sb3.collection.episodes import EpisodePacket, Progress, collection_seed
+from lit_sb3.collection.observations import as_tensor, stack
 from lit_sb3.collection.weights import load_flat_weights, read_board
 from lit_sb3.workers.arrays import ArrayHandle
 
@@ -110,7 +111,7 @@ class LockstepEpisodeWorker(EpisodeWorker):
     def _act_alone(self, policy: BasePolicy, run: EnvironmentRun) -> tuple[np.ndarray, np.ndarray, float, float]:
         assert isinstance(policy, ActorCriticPolicy)
         with th.no_grad():
-            observation = th.as_tensor(np.asarray(run.observation)[None])
+            observation = as_tensor(stack([run.observation]))
             action, value, log_prob = sample_on_policy(policy, observation, run.generator)
         actions = action.numpy()[0]
         env_action = actions

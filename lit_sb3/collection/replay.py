@@ -6,8 +6,10 @@ from typing import Any
 
 import numpy as np
 from stable_baselines3.common.buffers import ReplayBuffer
+from stable_baselines3.her.her_replay_buffer import HerReplayBuffer
 
 from lit_sb3.collection.episodes import EpisodePacket
+from lit_sb3.collection.observations import select
 
 
 def one_column_replay_buffer(replay_buffer: ReplayBuffer, replay_buffer_kwargs: dict[str, Any]) -> ReplayBuffer:
@@ -15,10 +17,13 @@ def one_column_replay_buffer(replay_buffer: ReplayBuffer, replay_buffer_kwargs: 
     :param replay_buffer: An algorithm's replay buffer.
     :param replay_buffer_kwargs: The extra arguments it was built with.
     :return: It, or the same buffer with one environment column: collected episodes arrive one by one, not in
-        lockstep across environments, so their transitions go in one at a time.
+        lockstep across environments, so their transitions go in one at a time (a ``HerReplayBuffer`` keeps its
+        environment, through which it computes the rewards of relabelled goals).
     """
     if replay_buffer.n_envs == 1:
         return replay_buffer
+    if isinstance(replay_buffer, HerReplayBuffer):
+        replay_buffer_kwargs = {**replay_buffer_kwargs, "env": replay_buffer.env}
     return type(replay_buffer)(
         replay_buffer.buffer_size,
         replay_buffer.observation_space,
@@ -36,7 +41,8 @@ def add_transitions(
     """
     Add steps of a finished episode to a replay buffer with one environment column, as
     ``OffPolicyAlgorithm._store_transition`` does: the next observation of the last step is the terminal one, and
-    ``TimeLimit.truncated`` in its info tells a time limit from a terminal state.
+    ``TimeLimit.truncated`` in its info tells a time limit from a terminal state. A ``HerReplayBuffer`` takes an
+    episode's steps in order, so that it knows where the episode starts and ends.
 
     :param replay_buffer: The buffer.
     :param episode: The episode.
@@ -47,8 +53,8 @@ def add_transitions(
     for step in steps:
         done = step == last
         replay_buffer.add(
-            episode.observations[step][None],
-            episode.observations[step + 1][None],
+            select(episode.observations, [step]),  # type: ignore[arg-type]
+            select(episode.observations, [step + 1]),  # type: ignore[arg-type]
             episode.actions[step][None],
             np.asarray([episode.rewards[step]]),
             np.asarray([done]),

@@ -9,9 +9,10 @@ from typing import Any
 import numpy as np
 import torch as th
 from gymnasium import spaces
-from stable_baselines3.common.buffers import RolloutBuffer
+from stable_baselines3.common.buffers import DictRolloutBuffer, RolloutBuffer
 
 from lit_sb3.collection.episodes import EpisodePacket
+from lit_sb3.collection.observations import Observations, concatenate, select
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,8 @@ class Rollout:
     """
     A rollout made of complete episodes, concatenated, with what callbacks see step by step.
 
-    :param buffer: The filled rollout buffer (one environment column; returns and advantages computed).
+    :param buffer: The filled rollout buffer (one environment column; returns and advantages computed), a
+        ``DictRolloutBuffer`` for Dict observations.
     :param episodes: The episodes, in the order they were concatenated.
     :param rewards: Environment rewards of every step.
     :param dones: Whether each step ended its episode.
@@ -46,12 +48,12 @@ class Rollout:
     :param actions: The action of every step.
     """
 
-    buffer: RolloutBuffer
+    buffer: RolloutBuffer | DictRolloutBuffer
     episodes: list[EpisodePacket]
     rewards: np.ndarray
     dones: np.ndarray
     infos: list[dict[str, Any]]
-    new_observations: np.ndarray
+    new_observations: Observations
     actions: np.ndarray
 
     @property
@@ -69,7 +71,7 @@ def final_info(packet: EpisodePacket, started_at: float) -> dict[str, Any]:
         and episode index, the weight versions that acted, the randomly chosen steps and the worker's time.
     """
     info = dict(packet.infos[-1])
-    info["terminal_observation"] = packet.observations[-1]
+    info["terminal_observation"] = select(packet.observations, -1)
     info["TimeLimit.truncated"] = packet.truncated
     info.setdefault("episode", {"r": packet.episode_return, "l": packet.length, "t": time.monotonic() - started_at})
     info["collection"] = {
@@ -81,6 +83,13 @@ def final_info(packet: EpisodePacket, started_at: float) -> dict[str, Any]:
         "seconds": packet.seconds,
     }
     return info
+
+
+def _acted_observations(packet: EpisodePacket) -> Observations:
+    """:return: The observations the policy acted on in an episode."""
+    if packet.acted_observations is not None:
+        return packet.acted_observations
+    return select(packet.observations, slice(None, -1))
 
 
 def build_rollout(
@@ -103,23 +112,19 @@ def build_rollout(
     :return: The rollout, with its returns and advantages computed.
     """
     length = sum(packet.length for packet in episodes)
-    buffer = RolloutBuffer(
-        length,
-        observation_space,
-        action_space,
-        device=spec.device,
-        gamma=spec.gamma,
-        gae_lambda=spec.gae_lambda,
-        n_envs=1,
-    )
-    observations = np.concatenate(
-        [
-            packet.observations[:-1] if packet.acted_observations is None else packet.acted_observations
-            for packet in episodes
-        ]
-    )
+    arguments = {"device": spec.device, "gamma": spec.gamma, "gae_lambda": spec.gae_lambda, "n_envs": 1}
+    observations = concatenate([_acted_observations(packet) for packet in episodes])
     actions = np.concatenate([packet.actions for packet in episodes])
-    buffer.observations[:, 0] = observations.reshape(buffer.observations[:, 0].shape)
+    buffer: RolloutBuffer | DictRolloutBuffer
+    if isinstance(observation_space, spaces.Dict):
+        buffer = DictRolloutBuffer(length, observation_space, action_space, **arguments)
+        assert isinstance(observations, dict)
+        for key, column in buffer.observations.items():
+            column[:, 0] = observations[key].reshape(column[:, 0].shape)
+    else:
+        buffer = RolloutBuffer(length, observation_space, action_space, **arguments)
+        assert isinstance(observations, np.ndarray)
+        buffer.observations[:, 0] = observations.reshape(buffer.observations[:, 0].shape)
     buffer.actions[:, 0] = actions.reshape(length, -1)
     buffer.rewards[:, 0] = np.concatenate(train_rewards)
     buffer.values[:, 0] = np.concatenate([packet.values for packet in episodes if packet.values is not None])
@@ -133,6 +138,6 @@ def build_rollout(
     # Every rollout ends with a finished episode: nothing to bootstrap beyond it.
     buffer.compute_returns_and_advantage(last_values=th.zeros(1), dones=np.ones(1))
     infos = [info for packet in episodes for info in [*packet.infos[:-1], final_info(packet, started_at)]]
-    new_observations = np.concatenate([packet.observations[1:] for packet in episodes])
+    new_observations = concatenate([select(packet.observations, slice(1, None)) for packet in episodes])
     rewards = np.concatenate([packet.rewards for packet in episodes])
     return Rollout(buffer, episodes, rewards, dones, infos, new_observations, actions)

@@ -6,10 +6,9 @@ import copy
 import threading
 
 import numpy as np
-from stable_baselines3.common.running_mean_std import RunningMeanStd
 from stable_baselines3.common.vec_env import VecNormalize
 
-from lit_sb3.collection.episodes import EpisodePacket
+from lit_sb3.collection.episodes import EpisodePacket, ObservationStatistics
 
 
 class NormalizationStatistics:
@@ -24,13 +23,13 @@ class NormalizationStatistics:
         self.normalize = normalize
         self._lock = threading.Lock()
 
-    def observation_statistics(self) -> RunningMeanStd | None:
-        """:return: A copy of the observation statistics, if observations are normalised."""
+    def observation_statistics(self) -> ObservationStatistics | None:
+        """:return: A copy of the observation statistics (per normalised key for Dict observations), if observations
+        are normalised."""
         if not self.normalize.norm_obs:
             return None
         with self._lock:
-            obs_rms = copy.deepcopy(self.normalize.obs_rms)
-        assert isinstance(obs_rms, RunningMeanStd)  # Box observations only
+            obs_rms: ObservationStatistics = copy.deepcopy(self.normalize.obs_rms)
         return obs_rms
 
     def count(self, packet: EpisodePacket) -> np.ndarray | None:
@@ -45,7 +44,13 @@ class NormalizationStatistics:
             return None
         with self._lock:
             if normalize.norm_obs:
-                normalize.obs_rms.update(packet.observations[:-1])
+                observations = packet.observations
+                if isinstance(observations, dict):
+                    assert isinstance(normalize.obs_rms, dict)
+                    for key, statistics in normalize.obs_rms.items():
+                        statistics.update(observations[key][:-1])
+                else:
+                    normalize.obs_rms.update(observations[:-1])
             if not normalize.norm_reward:
                 return None
             discounted = np.empty(packet.length)
