@@ -78,3 +78,58 @@ class SleepyOddEnv(OddEnv):
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict]:
         time.sleep(0.002)
         return super().step(action)
+
+
+class CueEnv(gym.Env):
+    """
+    Each step shows two random bits (the cue) and rewards the action that names them: 1 for each bit named right,
+    halved (``box``: minus the mean square distance to the cue as -1/+1). Episodes of ``length`` steps.
+
+    :param observation: ``"dict"``: ``{"cue": MultiBinary(2), "t": Box}`` with the step index in ``"t"``;
+        ``"multi_binary"``: the cue alone.
+    :param action: ``"discrete"`` (Discrete(4), the cue as a number), ``"multi_discrete"``, ``"multi_binary"``
+        or ``"box"``.
+    """
+
+    def __init__(self, observation: str = "dict", action: str = "multi_discrete", length: int = 8) -> None:
+        cue = spaces.MultiBinary(2)
+        self.observation_space: spaces.Space = (
+            spaces.Dict({"cue": cue, "t": spaces.Box(0.0, float(length), shape=(1,), dtype=np.float32)})
+            if observation == "dict"
+            else cue
+        )
+        self.action_space: spaces.Space = {
+            "discrete": spaces.Discrete(4),
+            "multi_discrete": spaces.MultiDiscrete([2, 2]),
+            "multi_binary": spaces.MultiBinary(2),
+            "box": spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32),
+        }[action]
+        self.length = length
+        self.t = 0
+        self.cue = np.zeros(2, dtype=np.int8)
+
+    def reward(self, cue: np.ndarray, action: Any) -> float:
+        """:return: The reward of ``action`` where the cue was ``cue``."""
+        if isinstance(self.action_space, spaces.Box):
+            return -float(np.mean((np.asarray(action) - (2.0 * cue - 1.0)) ** 2))
+        if isinstance(self.action_space, spaces.Discrete):
+            named = np.array([int(action) // 2, int(action) % 2])
+        else:
+            named = np.asarray(action)
+        return float(np.mean(named == cue))
+
+    def _observation(self) -> Any:
+        self.cue = self.np_random.integers(0, 2, size=2).astype(np.int8)
+        if isinstance(self.observation_space, spaces.Dict):
+            return {"cue": self.cue.copy(), "t": np.array([self.t], dtype=np.float32)}
+        return self.cue.copy()
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
+        super().reset(seed=seed)
+        self.t = 0
+        return self._observation(), {}
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        reward = self.reward(self.cue, action)
+        self.t += 1
+        return self._observation(), reward, False, self.t >= self.length, {}
