@@ -69,16 +69,8 @@ def sample_on_policy(
         if generator is not None:
             raise TypeError(f"actions of {type(policy).__name__} cannot be drawn from a given generator")
         return policy(observations)
-    distribution = policy.action_dist
-    features = policy.extract_features(observations)
-    if policy.share_features_extractor:
-        latent_pi, latent_vf = policy.mlp_extractor(features)
-    else:
-        latent_pi = policy.mlp_extractor.forward_actor(features[0])
-        latent_vf = policy.mlp_extractor.forward_critic(features[1])
-    values = policy.value_net(latent_vf)
-    output = policy.action_net(latent_pi)
-    if isinstance(distribution, CategoricalDistribution):
+    output, values = _distribution_parameters(policy, observations)
+    if isinstance(policy.action_dist, CategoricalDistribution):
         log_probabilities = output - output.logsumexp(dim=-1, keepdim=True)
         actions = th.multinomial(log_probabilities.exp(), 1, generator=generator).squeeze(-1)
         return actions, values, log_probabilities.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
@@ -86,6 +78,59 @@ def sample_on_policy(
     actions = th.normal(output, scale, generator=generator)
     log_probs = -((actions - output) ** 2) / (2 * scale**2) - scale.log() - math.log(math.sqrt(2 * math.pi))
     return actions, values, log_probs.sum(dim=-1)
+
+
+def sample_from_generators(
+    policy: ActorCriticPolicy, observations: PyTorchObs, generators: list[np.random.Generator]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """
+    :func:`sample_on_policy` for any policy where :func:`samples_directly` (CNN and Dict feature extractors too),
+    with each observation's action drawn from its own numpy generator as :class:`NumpyActorCritic` draws it: the
+    same seed gives the same actions whichever of the two computes the network, and the draws never touch torch's
+    global generator (which the trainer's thread uses).
+
+    :param policy: The acting policy.
+    :param observations: A batch of observations, as tensors (a dict of them for Dict observations).
+    :param generators: One generator per observation.
+    :return: Actions (shaped as the action space, batched), values and log-probabilities.
+    """
+    output, values = _distribution_parameters(policy, observations)
+    log_std = None if isinstance(policy.action_dist, CategoricalDistribution) else policy.log_std.detach().numpy()
+    actions, log_probs = _draw(output.numpy(), log_std, generators, policy.action_space.shape or ())
+    return actions, values.flatten().numpy(), log_probs
+
+
+def _distribution_parameters(policy: ActorCriticPolicy, observations: PyTorchObs) -> tuple[th.Tensor, th.Tensor]:
+    """:return: The action distribution's parameters (logits or means) and the values of ``observations``."""
+    features = policy.extract_features(observations)
+    if policy.share_features_extractor:
+        latent_pi, latent_vf = policy.mlp_extractor(features)
+    else:
+        latent_pi = policy.mlp_extractor.forward_actor(features[0])
+        latent_vf = policy.mlp_extractor.forward_critic(features[1])
+    return policy.action_net(latent_pi), policy.value_net(latent_vf)
+
+
+def _draw(
+    output: np.ndarray, log_std: np.ndarray | None, generators: list[np.random.Generator], action_shape: tuple[int, ...]
+) -> tuple[np.ndarray, np.ndarray]:
+    """
+    :param output: Logits (categorical actions) or means (diagonal Gaussian ones), one row per observation.
+    :param log_std: The Gaussian's log standard deviations; None for categorical actions.
+    :param generators: One generator per row, which draws its action.
+    :param action_shape: The action space's shape.
+    :return: The actions and their log-probabilities.
+    """
+    if log_std is None:
+        log_probabilities = output - _logsumexp(output)
+        draws = np.array([[generator.random()] for generator in generators], dtype=np.float32)
+        cumulative = np.cumsum(np.exp(log_probabilities), axis=1)
+        actions = np.minimum((cumulative < draws).sum(axis=1), output.shape[1] - 1)
+        return actions, log_probabilities[np.arange(len(actions)), actions]
+    noise = np.stack([generator.standard_normal(len(log_std), dtype=np.float32) for generator in generators])
+    gaussian = output + np.exp(log_std) * noise
+    log_probs = (-0.5 * noise**2 - log_std - np.float32(_LOG_SQRT_2PI)).sum(axis=1)
+    return gaussian.reshape(len(gaussian), *action_shape), log_probs
 
 
 class NumpyActorCritic:
@@ -163,17 +208,9 @@ class NumpyActorCritic:
         inputs = np.asarray(observations).reshape(len(observations), -1)
         values = self.critic.forward(inputs)[:, 0].copy()
         output = self.actor.forward(inputs)  # the stack's buffer: read before the next call
-        if self.log_std_offset is None:  # categorical
-            log_probabilities = output - _logsumexp(output)
-            draws = np.array([[generator.random()] for generator in generators], dtype=np.float32)
-            cumulative = np.cumsum(np.exp(log_probabilities), axis=1)
-            actions = np.minimum((cumulative < draws).sum(axis=1), output.shape[1] - 1)
-            return actions, values, log_probabilities[np.arange(len(actions)), actions]
-        std = np.exp(self._log_std)
-        noise = np.stack([generator.standard_normal(len(std), dtype=np.float32) for generator in generators])
-        gaussian = output + std * noise
-        log_probs = (-0.5 * noise**2 - self._log_std - np.float32(_LOG_SQRT_2PI)).sum(axis=1)
-        return gaussian.reshape(len(gaussian), *self.action_shape), values, log_probs
+        log_std = None if self.log_std_offset is None else self._log_std
+        actions, log_probs = _draw(output, log_std, generators, self.action_shape)
+        return actions, values, log_probs
 
     def _reproduces(self, policy: ActorCriticPolicy) -> bool:
         """Whether this gives the torch policy's values and log-probabilities on a probe."""

@@ -16,7 +16,13 @@ from gymnasium import spaces
 from stable_baselines3.common.noise import ActionNoise, VectorizedActionNoise
 from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
 
-from lit_sb3.collection.acting import NumpyActorCritic, NumpyStateDependentActorCritic, sample_on_policy
+from lit_sb3.collection.acting import (
+    NumpyActorCritic,
+    NumpyStateDependentActorCritic,
+    sample_from_generators,
+    sample_on_policy,
+    samples_directly,
+)
 from lit_sb3.collection.envs import owns_env
 from lit_sb3.collection.episodes import ActingSpec, EpisodePacket, Progress, collection_seed
 from lit_sb3.collection.observations import Observations, as_tensor, select, stack
@@ -175,11 +181,11 @@ class EpisodeWorker(WorkerApp):
             )
         self.action_space: spaces.Space = self.policy.action_space
         free_running = spec.on_policy and spec.lockstep_steps is None and not spec.use_sde
-        self._numpy_acting = (
-            NumpyActorCritic.for_policy(self.policy)
-            if free_running and isinstance(self.policy, ActorCriticPolicy)
-            else None
-        )
+        self._numpy_acting: NumpyActorCritic | None = None
+        self._draws_from_generators = False  # each episode's actions drawn from its own generator
+        if free_running and isinstance(self.policy, ActorCriticPolicy):
+            self._numpy_acting = NumpyActorCritic.for_policy(self.policy)
+            self._draws_from_generators = samples_directly(self.policy)
         free_running_sde = spec.on_policy and spec.lockstep_steps is None and spec.use_sde
         self._numpy_sde = (
             NumpyStateDependentActorCritic.for_policy(self.policy)
@@ -396,8 +402,13 @@ class EpisodeWorker(WorkerApp):
                     run.exploration_matrix = acting.exploration_matrix(run.rng)
             matrices = [run.exploration_matrix for run in running]
             actions, values, log_probs = acting.act(observations, matrices)  # type: ignore[arg-type]
-        else:
+        elif self._draws_from_generators:  # CNN and Dict feature extractors: torch computes, numpy draws
             with th.no_grad():  # observations of the policy's space on the CPU: obs_to_tensor's checks add nothing
+                actions, values, log_probs = sample_from_generators(
+                    policy, as_tensor(observations), [run.rng for run in running]
+                )
+        else:  # gSDE, MultiDiscrete and MultiBinary actions, custom forward: the policy's own distributions
+            with th.no_grad():
                 actions_t, values_t, log_probs_t = sample_on_policy(policy, as_tensor(observations))
             actions, values, log_probs = actions_t.numpy(), values_t.flatten().numpy(), log_probs_t.numpy()
         env_actions = actions

@@ -10,7 +10,13 @@ import torch as th
 from stable_baselines3 import PPO
 from stable_baselines3.common.policies import ActorCriticPolicy
 
-from lit_sb3.collection.acting import NumpyActorCritic, NumpyStateDependentActorCritic, sample_on_policy
+from agents.agent_envs import CueEnv
+from lit_sb3.collection.acting import (
+    NumpyActorCritic,
+    NumpyStateDependentActorCritic,
+    sample_from_generators,
+    sample_on_policy,
+)
 
 
 @pytest.mark.parametrize(
@@ -194,3 +200,37 @@ def test_gsde_with_squashed_actions_or_without_gsde_gets_no_numpy_gsde() -> None
     plain = PPO("MlpPolicy", "Pendulum-v1", n_steps=16, batch_size=16).policy
     assert NumpyStateDependentActorCritic.for_policy(tanh) is None
     assert NumpyStateDependentActorCritic.for_policy(plain) is None
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+def test_torch_networks_draw_the_actions_of_the_numpy_path_from_the_same_generators(env_id: str) -> None:
+    """CNN and Dict policies compute their networks in torch and draw as the numpy path does, seed for seed."""
+    policy, acting = numpy_acting_of(env_id)
+    observations = np.random.default_rng(2).normal(size=(32, *policy.observation_space.shape)).astype(np.float32)
+    expected = acting.act(observations, [np.random.default_rng(seed) for seed in range(32)])
+    with th.no_grad():
+        th.manual_seed(5)
+        generators = [np.random.default_rng(seed) for seed in range(32)]
+        drawn = sample_from_generators(policy, th.as_tensor(observations), generators)
+        state_after = th.random.get_rng_state()
+        th.manual_seed(5)
+    assert th.equal(state_after, th.random.get_rng_state())  # torch's global generator was not used
+    for got, wanted in zip(drawn, expected, strict=True):
+        np.testing.assert_allclose(got, wanted, rtol=1e-5, atol=1e-5)
+
+
+def test_dict_policies_draw_from_generators_with_the_policys_log_probabilities() -> None:
+    policy = PPO("MultiInputPolicy", CueEnv("dict", "discrete"), n_steps=16, batch_size=16, seed=0).policy
+    observations = {
+        "cue": np.random.default_rng(0).integers(0, 2, size=(64, 2)).astype(np.int8),
+        "t": np.arange(64, dtype=np.float32)[:, None] % 8,
+    }
+    tensors = {key: th.as_tensor(value) for key, value in observations.items()}
+    with th.no_grad():
+        actions, values, log_probs = sample_from_generators(
+            policy, tensors, [np.random.default_rng(seed) for seed in range(64)]
+        )
+        expected_values, expected_log_probs, _ = policy.evaluate_actions(tensors, th.as_tensor(actions))
+    assert set(actions.tolist()) == {0, 1, 2, 3}
+    np.testing.assert_allclose(values, expected_values.flatten().numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(log_probs, expected_log_probs.numpy(), rtol=1e-5, atol=1e-5)
