@@ -56,8 +56,20 @@ WHOLE_EPISODES = (
     "episodes, at least n_steps * n_envs steps (the last episode takes it beyond); the test's other checks are "
     "tests/agents/test_set_env.py's"
 )
+SUBPROCESS_VEC_ENV = (
+    "learns on a SubprocVecEnv, which the injected agents refuse at construction by design: its environments live "
+    "in its own processes, out of the collection workers' reach (the error says to pass make_vec_env's DummyVecEnv, "
+    "with use_mp=True for worker processes); the same algorithms and spaces on a DummyVecEnv pass in the same file"
+)
 #: Upstream tests left out, each with the reason (fnmatch patterns over ``<distribution>/<file>::<test id>``).
 EXCEPTIONS: dict[str, str] = {
+    "stable-baselines3/test_dict_env.py::test_multiprocessing[[]*": SUBPROCESS_VEC_ENV,
+    "stable-baselines3/test_her.py::test_multiprocessing[[]*": SUBPROCESS_VEC_ENV,
+    "stable-baselines3/test_her.py::test_performance_her[[]*": (
+        "asserts a success rate above 0.9 after 1,500 steps of DQN with HER, which plain Stable-Baselines3 reaches on "
+        "seed 0's exact trajectory only (plain DQN on seeds 0, 1, 2: 0.92, 0.62, 0.14; injected, worker threads: "
+        "0.54, 0.26, 0.68): under async collection timing decides which weights act, so no seed replays that run"
+    ),
     "stable-baselines3/test_save_load.py::test_set_env[[]PPO[]]": WHOLE_EPISODES,
     "stable-baselines3/test_save_load.py::test_set_env[[]A2C[]]": WHOLE_EPISODES,
     "sb3-contrib/test_run.py::test_ars*": (
