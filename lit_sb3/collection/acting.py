@@ -23,10 +23,13 @@ from stable_baselines3.common.distributions import (
 )
 from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.preprocessing import is_image_space
-from stable_baselines3.common.torch_layers import FlattenExtractor, MlpExtractor
+from stable_baselines3.common.torch_layers import CombinedExtractor, FlattenExtractor, MlpExtractor
 from stable_baselines3.common.type_aliases import PyTorchObs
 
+from lit_sb3.collection.observations import Observations, as_tensor
 from lit_sb3.evaluation.policy_kernels import (
+    PROBE_OBSERVATION_STD,
+    PROBE_OBSERVATIONS,
     DenseLayer,
     KernelProbe,
     LayerStack,
@@ -135,7 +138,8 @@ def _draw(
 
 class NumpyActorCritic:
     """
-    Actions, values and log-probabilities of an ``ActorCriticPolicy`` with flat ``Box`` observations, the default
+    Actions, values and log-probabilities of an ``ActorCriticPolicy`` with flat ``Box`` observations (or Dict
+    observations of flat ``Box`` and ``MultiBinary`` keys, which ``CombinedExtractor`` concatenates), the default
     ``MlpExtractor`` (linear layers with ReLU or Tanh) and categorical or diagonal Gaussian actions, in float32
     numpy: the actor and the critic are two :class:`~lit_sb3.evaluation.policy_kernels.LayerStack` (the kernel of
     evaluation) whose weights every observation of a batch shares. Build it with :meth:`for_policy`, which says None
@@ -145,11 +149,19 @@ class NumpyActorCritic:
     :param offsets: Where its parameters start in that vector (:func:`parameter_offsets`).
     :param actor: The layers from the observation to the action distribution's parameters.
     :param critic: The layers from the observation to the value.
+    :param keys: Dict observations: the keys ``CombinedExtractor`` flattens and concatenates, in its order; None for
+        ``Box`` observations.
     """
 
     def __init__(
-        self, policy: ActorCriticPolicy, offsets: dict[int, int], actor: list[DenseLayer], critic: list[DenseLayer]
+        self,
+        policy: ActorCriticPolicy,
+        offsets: dict[int, int],
+        actor: list[DenseLayer],
+        critic: list[DenseLayer],
+        keys: tuple[str, ...] | None = None,
     ) -> None:
+        self.keys = keys
         self.actor = LayerStack(actor, 1, shared_weights=True)
         self.critic = LayerStack(critic, 1, shared_weights=True)
         categorical = isinstance(policy.action_dist, CategoricalDistribution)
@@ -166,13 +178,16 @@ class NumpyActorCritic:
             :class:`~lit_sb3.evaluation.policy_kernels.KernelProbe` does not reproduce it.
         """
         observation_space = policy.observation_space
+        flat_box = (
+            isinstance(observation_space, spaces.Box)
+            and not (policy.normalize_images and is_image_space(observation_space))
+            and type(policy.pi_features_extractor) is FlattenExtractor
+            and type(policy.vf_features_extractor) is FlattenExtractor
+        )
         if (
             not samples_directly(policy)
-            or not isinstance(observation_space, spaces.Box)
-            or (policy.normalize_images and is_image_space(observation_space))
+            or not (flat_box or _flattened_keys(policy))
             or type(policy.mlp_extractor) is not MlpExtractor
-            or type(policy.pi_features_extractor) is not FlattenExtractor
-            or type(policy.vf_features_extractor) is not FlattenExtractor
         ):
             return None
         offsets = parameter_offsets(policy)
@@ -181,7 +196,7 @@ class NumpyActorCritic:
         critic = dense_layers([*module_sequence(extractor.value_net), policy.value_net], offsets)
         if not actor or not critic or actor[-1].activation is not None or critic[-1].activation is not None:
             return None
-        acting = cls(policy, offsets, actor, critic)
+        acting = cls(policy, offsets, actor, critic, None if flat_box else _flattened_keys(policy))
         if not acting._reproduces(policy):
             return None
         acting.load(th.nn.utils.parameters_to_vector(policy.parameters()).detach().double().numpy())
@@ -198,14 +213,21 @@ class NumpyActorCritic:
             self._log_std = weights[self.log_std_offset : self.log_std_offset + size].astype(np.float32)
 
     def act(
-        self, observations: np.ndarray, generators: list[np.random.Generator]
+        self, observations: Observations, generators: list[np.random.Generator]
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """
         :param observations: A batch of observations.
         :param generators: One random generator per observation, which draws its action.
         :return: Actions (shaped as the action space, batched), values and log-probabilities.
         """
-        inputs = np.asarray(observations).reshape(len(observations), -1)
+        if isinstance(observations, dict):
+            assert self.keys is not None
+            count = len(generators)
+            inputs = np.concatenate(
+                [np.asarray(observations[key], dtype=np.float32).reshape(count, -1) for key in self.keys], axis=1
+            )
+        else:
+            inputs = np.asarray(observations).reshape(len(observations), -1)
         values = self.critic.forward(inputs)[:, 0].copy()
         output = self.actor.forward(inputs)  # the stack's buffer: read before the next call
         log_std = None if self.log_std_offset is None else self._log_std
@@ -216,14 +238,50 @@ class NumpyActorCritic:
         """Whether this gives the torch policy's values and log-probabilities on a probe."""
         probe = KernelProbe.of(policy)
         self.load(probe.weights)
-        generators = [np.random.default_rng(index) for index in range(len(probe.observations))]
-        actions, values, log_probs = self.act(probe.observations, generators)
+        observations = _probe_observations(policy, probe)
+        generators = [np.random.default_rng(index) for index in range(PROBE_OBSERVATIONS)]
+        actions, values, log_probs = self.act(observations, generators)
         assert isinstance(probe.policy, ActorCriticPolicy)
         with th.no_grad():
             expected_values, expected_log_probs, _ = probe.policy.evaluate_actions(
-                th.as_tensor(probe.observations), th.as_tensor(actions)
+                as_tensor(observations), th.as_tensor(actions)
             )
         return probe.matches(values, expected_values.flatten()) and probe.matches(log_probs, expected_log_probs)
+
+
+def _flattened_keys(policy: ActorCriticPolicy) -> tuple[str, ...] | None:
+    """:return: For Dict observations that the policy's ``CombinedExtractor`` only flattens (no image, no one-hot
+    encoding: ``Box`` and ``MultiBinary`` keys), the keys in the order it concatenates them; else None."""
+    space = policy.observation_space
+    if not isinstance(space, spaces.Dict):
+        return None
+    keys: tuple[str, ...] | None = None
+    for extractor in (policy.pi_features_extractor, policy.vf_features_extractor):
+        if type(extractor) is not CombinedExtractor or not all(
+            type(module) is th.nn.Flatten for module in extractor.extractors.values()
+        ):
+            return None
+        keys = tuple(extractor.extractors.keys())
+    assert keys is not None
+    for key in keys:
+        subspace = space[key]
+        if not isinstance(subspace, spaces.Box | spaces.MultiBinary) or (
+            policy.normalize_images and is_image_space(subspace)
+        ):
+            return None
+    return keys
+
+
+def _probe_observations(policy: ActorCriticPolicy, probe: KernelProbe) -> Observations:
+    """:return: The probe's observations, or random ones per key for Dict observations."""
+    space = policy.observation_space
+    if not isinstance(space, spaces.Dict):
+        return probe.observations
+    rng = np.random.default_rng(0)
+    return {
+        key: rng.normal(0.0, PROBE_OBSERVATION_STD, (PROBE_OBSERVATIONS, *(subspace.shape or ()))).astype(np.float32)
+        for key, subspace in space.spaces.items()
+    }
 
 
 def _logsumexp(logits: np.ndarray) -> np.ndarray:

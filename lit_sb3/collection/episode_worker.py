@@ -393,7 +393,6 @@ class EpisodeWorker(WorkerApp):
         policy = self.policy
         assert isinstance(policy, ActorCriticPolicy)
         if self._numpy_acting is not None:
-            assert isinstance(observations, np.ndarray)  # the numpy path is for Box observations
             actions, values, log_probs = self._numpy_acting.act(observations, [run.rng for run in running])
         elif self._numpy_sde is not None:
             acting = self._numpy_sde

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch as th
 from stable_baselines3 import PPO
+from stable_baselines3.common.envs import BitFlippingEnv
 from stable_baselines3.common.policies import ActorCriticPolicy
 
 from agents.agent_envs import CueEnv
@@ -234,3 +235,19 @@ def test_dict_policies_draw_from_generators_with_the_policys_log_probabilities()
     assert set(actions.tolist()) == {0, 1, 2, 3}
     np.testing.assert_allclose(values, expected_values.flatten().numpy(), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(log_probs, expected_log_probs.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_dict_observations_of_flat_keys_act_in_numpy_as_the_flattened_policy() -> None:
+    """A goal environment's MultiInputPolicy (MultiBinary keys) and a Dict with an image key (torch path)."""
+    policy = PPO("MultiInputPolicy", BitFlippingEnv(n_bits=4), n_steps=16, batch_size=16, seed=0).policy
+    acting = NumpyActorCritic.for_policy(policy)
+    assert acting is not None and acting.keys == ("achieved_goal", "desired_goal", "observation")
+    rng = np.random.default_rng(3)
+    observations = {key: rng.integers(0, 2, size=(32, 4)).astype(np.int8) for key in acting.keys}
+    actions, values, log_probs = acting.act(observations, [np.random.default_rng(seed) for seed in range(32)])
+    with th.no_grad():
+        expected = policy.evaluate_actions({k: th.as_tensor(v) for k, v in observations.items()}, th.as_tensor(actions))
+    np.testing.assert_allclose(values, expected[0].flatten().numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(log_probs, expected[1].numpy(), rtol=1e-5, atol=1e-5)
+    image_policy = PPO("MultiInputPolicy", BitFlippingEnv(n_bits=4, image_obs_space=True), n_steps=16, seed=0).policy
+    assert NumpyActorCritic.for_policy(image_policy) is None
