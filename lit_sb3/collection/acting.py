@@ -177,18 +177,9 @@ class NumpyActorCritic:
         :return: Its numpy counterpart, loaded with its weights, or None if the policy is not of that shape or a
             :class:`~lit_sb3.evaluation.policy_kernels.KernelProbe` does not reproduce it.
         """
-        observation_space = policy.observation_space
-        flat_box = (
-            isinstance(observation_space, spaces.Box)
-            and not (policy.normalize_images and is_image_space(observation_space))
-            and type(policy.pi_features_extractor) is FlattenExtractor
-            and type(policy.vf_features_extractor) is FlattenExtractor
-        )
-        if (
-            not samples_directly(policy)
-            or not (flat_box or _flattened_keys(policy))
-            or type(policy.mlp_extractor) is not MlpExtractor
-        ):
+        keys = _flattened_keys(policy)
+        flat_dict = keys is not None and type(policy.mlp_extractor) is MlpExtractor
+        if not samples_directly(policy) or not (_simple_actor_critic(policy) or flat_dict):
             return None
         offsets = parameter_offsets(policy)
         extractor = policy.mlp_extractor
@@ -196,7 +187,7 @@ class NumpyActorCritic:
         critic = dense_layers([*module_sequence(extractor.value_net), policy.value_net], offsets)
         if not actor or not critic or actor[-1].activation is not None or critic[-1].activation is not None:
             return None
-        acting = cls(policy, offsets, actor, critic, None if flat_box else _flattened_keys(policy))
+        acting = cls(policy, offsets, actor, critic, keys)
         if not acting._reproduces(policy):
             return None
         acting.load(th.nn.utils.parameters_to_vector(policy.parameters()).detach().double().numpy())

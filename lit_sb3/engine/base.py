@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.logger import HumanOutputFormat, Logger, configure
+from stable_baselines3.common.running_mean_std import RunningMeanStd
 from stable_baselines3.common.save_util import load_from_pkl, save_to_pkl
 from stable_baselines3.common.vec_env import VecNormalize
 
@@ -338,7 +339,7 @@ class BaseEngine(ABC):
         if self.vec_normalize is not None and self.vec_normalize.norm_obs:
             assert self._collector is not None and self._collector.statistics is not None
             obs_rms = self._collector.statistics.observation_statistics()
-            assert obs_rms is not None
+            assert isinstance(obs_rms, RunningMeanStd)  # the evaluation's policies take flat observations
             evaluator.sync_obs_rms(obs_rms)
         evaluator.send_jobs(snapshot.policy[None], 1)
         ((_, (returns, _lengths)),) = evaluator.get_results()
