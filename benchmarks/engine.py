@@ -41,7 +41,7 @@ from lit_sb3.agents.async_agent import get_injected_agent
 from lit_sb3.cli.bench_results import RESULTS_FOLDER, Column, LoadSampler, Table, new_result, save_result
 from lit_sb3.engine import AsyncRLEngine, DataBuffer, EngineConfig, EnvGroup, PolicyGroup, SyncRLEngine
 from lit_sb3.engine.base import BaseEngine
-from lit_sb3.envs.multi_env import IndexableMultiEnv
+from lit_sb3.envs.multi_env import FactoryVecEnv
 
 
 @dataclass
@@ -113,7 +113,7 @@ def measure_learn(case: Case, configuration: str, seed: int) -> Run:
     release: Callable[[], None]
     if configuration == "injected agent":
         model = get_injected_agent(case.algorithm)(
-            "MlpPolicy", IndexableMultiEnv(fns), use_mp=case.backend == "processes", n_workers=case.n_workers, **kwargs
+            "MlpPolicy", FactoryVecEnv(fns), use_mp=case.backend == "processes", n_workers=case.n_workers, **kwargs
         )
         release = model.shutdown
     else:

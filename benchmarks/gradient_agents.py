@@ -138,6 +138,8 @@ def make_model(case: Case, configuration: str, seed: int) -> tuple[BaseAlgorithm
     """:return: The model of a configuration and what releases it."""
     fns: list[Callable[[], gym.Env]] = [partial(monitored, case.env_fn) for _ in range(case.n_envs)]
     kwargs = {**case.kwargs, "seed": seed, "verbose": 0}
+    # An IndexableMultiEnv counts as one environment (as in async-gym-agents): n_steps is the whole rollout.
+    multi_env_kwargs = {**kwargs, "n_steps": kwargs["n_steps"] * case.n_envs} if "n_steps" in kwargs else kwargs
     if configuration == "SB3 DummyVecEnv":
         model = case.algorithm("MlpPolicy", DummyVecEnv(fns), **kwargs)
         return model, model.env.close  # type: ignore[union-attr]
@@ -151,13 +153,13 @@ def make_model(case: Case, configuration: str, seed: int) -> tuple[BaseAlgorithm
         extra = {"n_workers": n_workers} if n_workers is not None else {}
         reproducible = "reproducible" in configuration
         model = injected(
-            "MlpPolicy", IndexableMultiEnv(fns), use_mp=use_mp, reproducible=reproducible, **extra, **kwargs
+            "MlpPolicy", IndexableMultiEnv(fns), use_mp=use_mp, reproducible=reproducible, **extra, **multi_env_kwargs
         )
         return model, model.shutdown
     from async_gym_agents.agents.async_agent import get_injected_agent as reference_agent
     from async_gym_agents.envs.multi_env import IndexableMultiEnv as ReferenceMultiEnv
 
-    model = reference_agent(case.algorithm)("MlpPolicy", ReferenceMultiEnv(fns), use_mp=use_mp, **kwargs)
+    model = reference_agent(case.algorithm)("MlpPolicy", ReferenceMultiEnv(fns), use_mp=use_mp, **multi_env_kwargs)
     return model, model.shutdown
 
 

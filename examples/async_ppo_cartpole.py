@@ -6,9 +6,11 @@
 ``get_injected_agent(PPO)`` is Stable-Baselines3's PPO whose rollouts are complete episodes streamed from
 ``--workers`` processes, each running its share of the ``--n-envs`` environments with its own copy of the policy;
 the next rollout is collected while the current one trains, and the weights reach the workers through shared
-memory. The hyper-parameters are rl-zoo's for CartPole-v1. Writes OUTPUT_DIR/progress.csv (Stable-Baselines3's
-logger, one row per rollout) and OUTPUT_DIR/model.zip (``PPO.load`` reads it), prints the profiler report (time
-spent training and waiting, episodes per worker, buffer use, policy lag) and the return of the final policy.
+memory. The hyper-parameters are rl-zoo's for CartPole-v1, with its 32 steps per environment as 256 per rollout:
+an ``IndexableMultiEnv`` counts as one environment, as in async-gym-agents. Writes OUTPUT_DIR/progress.csv
+(Stable-Baselines3's logger, one row per rollout) and OUTPUT_DIR/model.zip (``PPO.load`` reads it), prints the
+profiler report (time spent training and waiting, episodes per worker, buffer use, policy lag) and the return of the
+final policy.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--total-timesteps", type=int, default=100_000, help="env steps to train for")
     parser.add_argument("--n-envs", type=int, default=8, help="environments, shared out among the workers")
     parser.add_argument("--workers", type=int, default=2, help="collection worker processes")
-    parser.add_argument("--n-steps", type=int, default=32, help="steps per environment and rollout (at least)")
+    parser.add_argument("--n-steps", type=int, default=256, help="steps per rollout, all environments (at least)")
     parser.add_argument("--batch-size", type=int, default=256, help="minibatch size")
     parser.add_argument("--n-epochs", type=int, default=20, help="passes over each rollout")
     parser.add_argument("--learning-rate", type=float, default=1e-3, help="initial learning rate, falling to 0")

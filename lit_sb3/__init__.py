@@ -1,7 +1,7 @@
 """lit_sb3: population-based and asynchronous reinforcement learning on Stable-Baselines3."""
 
 from lit_sb3.agents.async_agent import get_injected_agent
-from lit_sb3.envs.multi_env import IndexableMultiEnv
+from lit_sb3.envs.multi_env import FactoryVecEnv, IndexableMultiEnv
 from lit_sb3.evaluation.obs_rms import merge_obs_rms
 from lit_sb3.policies import LinearPolicy, MlpPolicy
 from lit_sb3.population import ARS, CEM, CMAES, ES, PGPE, SNES, XNES, ClipUp
@@ -20,6 +20,7 @@ __all__ = [
     "XNES",
     "AsyncEval",
     "ClipUp",
+    "FactoryVecEnv",
     "IndexableMultiEnv",
     "LinearPolicy",
     "MlpPolicy",

@@ -31,7 +31,7 @@ ARGUMENTS = {
     "ars_halfcheetah": ["--total-timesteps", "1", "--n-delta", "2"],
     "ask_tell_cmaes": ["--rounds", "15"],
     "async_ppo_cartpole": [
-        *["--total-timesteps", "256", "--n-envs", "2", "--workers", "2", "--n-steps", "64", "--batch-size", "64"],
+        *["--total-timesteps", "256", "--n-envs", "2", "--workers", "2", "--n-steps", "128", "--batch-size", "64"],
         *["--n-epochs", "1", "--eval-episodes", "2"],
     ],
     "engine_ppo_cartpole": [
@@ -195,12 +195,12 @@ def test_async_ppo_cartpole_reports_its_workers(runs: dict[str, Run]) -> None:
     run = finished(runs, "async_ppo_cartpole")
     rows = progress(run)
     assert len(rows) >= 2 and rows[-1]["time/total_timesteps"] >= 256
-    # A rollout is whole episodes of at least n_steps * n_envs = 128 steps.
+    # A rollout is whole episodes of at least n_steps = 128 steps (the IndexableMultiEnv is one environment).
     steps = [row["time/total_timesteps"] for row in rows]
     assert all(later - earlier >= 128 for earlier, later in zip([0.0, *steps], steps, strict=False))
     assert all(8 <= row["rollout/ep_rew_mean"] <= 500 for row in rows)
     model = PPO.load(run.output_dir / "model.zip")
-    assert model.num_timesteps == steps[-1] and model.n_steps == 64
+    assert model.num_timesteps == steps[-1] and model.n_steps == 128
     report_text = run.stdout[run.stdout.index("profiler report:\n") + len("profiler report:\n") :]
     report = json.loads(report_text[: report_text.index("\nfinal policy on")])
     assert report["transport"]["backend"] == "processes" and report["worker"]["workers"] == 2

@@ -218,6 +218,7 @@ class _AsyncAgent:
             self,  # type: ignore[arg-type]
             self._base_seed(),
             lockstep=self.reproducible,
+            n_collection_envs=len(env_fns),
         )
         self._collector = AsyncCollector(
             self.env,
@@ -391,10 +392,13 @@ def get_injected_agent(algorithm_class: type[Algorithm]) -> type[Algorithm]:
     methods: ``get_profiler_report()`` and ``shutdown()``.
 
     The environment is what Stable-Baselines3's ``learn`` accepts: an env id, a ``gym.Env``, a ``DummyVecEnv``
-    (``make_vec_env``'s output) or an :class:`~lit_sb3.envs.multi_env.IndexableMultiEnv`, optionally inside
-    ``VecMonitor``, ``VecTransposeImage``, ``VecFrameStack`` and, outermost, ``VecNormalize``. Thread workers step
-    its environment objects themselves (nothing is pickled; ``get_env().env_method`` and ``set_attr`` reach them);
-    worker processes step copies (an ``IndexableMultiEnv``'s factories are called in each worker). ``SubprocVecEnv``,
+    (``make_vec_env``'s output, a :class:`~lit_sb3.envs.multi_env.FactoryVecEnv`) or an
+    :class:`~lit_sb3.envs.multi_env.IndexableMultiEnv`, optionally inside ``VecMonitor``, ``VecTransposeImage``,
+    ``VecFrameStack`` and, outermost, ``VecNormalize``. An ``IndexableMultiEnv`` counts as one environment, as in
+    async-gym-agents (``n_steps`` is the whole rollout, callbacks count transitions); any other VecEnv keeps
+    Stable-Baselines3's meaning (``n_steps`` per environment). Thread workers step its environment objects themselves
+    (nothing is pickled; ``get_env().env_method`` and ``set_attr`` reach them); worker processes step copies (the
+    factories of an ``IndexableMultiEnv`` or a ``FactoryVecEnv`` are called in each worker). ``SubprocVecEnv``,
     an environment process workers cannot copy and wrappers the workers cannot reproduce are refused at
     construction, saying what to pass instead.
 

@@ -1,6 +1,6 @@
 """The gradient agents of ``lit-sb3 train``: Stable-Baselines3 and sb3-contrib algorithms whose episodes are
 collected asynchronously (:func:`~lit_sb3.agents.async_agent.get_injected_agent`) from an
-:class:`~lit_sb3.envs.multi_env.IndexableMultiEnv`."""
+:class:`~lit_sb3.envs.multi_env.FactoryVecEnv`."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from stable_baselines3.common.vec_env import VecEnv, VecNormalize
 
 from lit_sb3.agents.async_agent import get_injected_agent
 from lit_sb3.cli.common import CliError, require_module
-from lit_sb3.envs.multi_env import IndexableMultiEnv
+from lit_sb3.envs.multi_env import FactoryVecEnv
 
 #: ``lit-sb3 train`` names of the gradient algorithms: (module, class).
 GRADIENT_ALGORITHMS: dict[str, tuple[str, str]] = {
@@ -50,10 +50,10 @@ def make_multi_env(env_id: str, n_envs: int, normalize_kwargs: dict[str, Any] | 
     :param env_id: Gymnasium environment id.
     :param n_envs: Environments; each runs in one collection worker.
     :param normalize_kwargs: Wrap in ``VecNormalize`` with these arguments; None for no normalisation.
-    :return: The ``IndexableMultiEnv`` (its factories ``functools.partial(gym.make, env_id)`` pickle to worker
-        processes), possibly inside a ``VecNormalize``.
+    :return: The ``FactoryVecEnv`` (``n_steps`` per environment, as rl-zoo counts; its factories
+        ``functools.partial(gym.make, env_id)`` pickle to worker processes), possibly inside a ``VecNormalize``.
     """
-    env: VecEnv = IndexableMultiEnv([functools.partial(gym.make, env_id) for _ in range(n_envs)])
+    env: VecEnv = FactoryVecEnv([functools.partial(gym.make, env_id) for _ in range(n_envs)])
     if normalize_kwargs is not None:
         env = VecNormalize(env, **normalize_kwargs)
     return env

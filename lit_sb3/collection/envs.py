@@ -1,7 +1,7 @@
 """
 The environments collection workers step, taken from the VecEnv an algorithm learns on (what Stable-Baselines3's
 ``learn`` accepts): thread workers step the very environment objects of this process, process and Ray workers
-build copies (or call the factories of an ``IndexableMultiEnv``).
+build copies (or call the factories of an ``IndexableMultiEnv`` or a ``FactoryVecEnv``).
 """
 
 from __future__ import annotations
@@ -30,9 +30,7 @@ from stable_baselines3.common.vec_env import (
 from stable_baselines3.common.vec_env.stacked_observations import StackedObservations
 
 from lit_sb3.collection.observations import select
-from lit_sb3.envs.multi_env import IndexableMultiEnv
-
-EnvFactory = Callable[[], gym.Env]
+from lit_sb3.envs.multi_env import EnvFactory, FactoryVecEnv, IndexableMultiEnv
 
 _shared: weakref.WeakValueDictionary[int, gym.Env] = weakref.WeakValueDictionary()
 _shared_keys = itertools.count()
@@ -86,8 +84,8 @@ class EnvCopy:
         except Exception as error:
             raise TypeError(
                 f"environment {index} ({type(env).__name__}) cannot be copied to worker processes: {error}. Pass "
-                "use_mp=False (thread workers step it in this process), or an IndexableMultiEnv of picklable "
-                "factories that build it in each worker"
+                "use_mp=False (thread workers step it in this process), or a FactoryVecEnv (or IndexableMultiEnv) "
+                "of picklable factories that build it in each worker"
             ) from error
 
     def __call__(self) -> gym.Env:
@@ -99,23 +97,36 @@ def collection_env_fns(env: VecEnv, *, in_process: bool) -> list[EnvFactory]:
     """
     The factory of each environment of ``env`` for the collection workers.
 
-    :param env: The algorithm's VecEnv: a ``DummyVecEnv`` (``make_vec_env``'s output, an ``IndexableMultiEnv``),
+    :param env: The algorithm's VecEnv: a ``DummyVecEnv`` (``make_vec_env``'s output, a ``FactoryVecEnv``) or an
+        ``IndexableMultiEnv`` (every environment it holds, not only the one it steps itself),
         optionally inside ``VecMonitor``, ``VecTransposeImage`` and ``VecFrameStack`` (which each worker reproduces
         around each of its environments) and, outermost, ``VecNormalize`` (whose statistics the collector keeps).
     :param in_process: Whether the workers are threads of this process (they step the environments themselves)
-        or processes (they get copies; an ``IndexableMultiEnv``'s factories are called in each worker).
+        or processes (they get copies; the factories of an ``IndexableMultiEnv`` or a ``FactoryVecEnv`` are called in
+        each worker).
     :return: One factory per environment.
     :raises TypeError: For a VecEnv whose environments the workers cannot step, saying what to pass instead.
     """
     base, wrappers = _peeled(env.venv if isinstance(env, VecNormalize) else env)
+    sub_envs, env_fns = _environments(base)
     factories: list[EnvFactory]
     if in_process:
-        factories = [SharedEnv(sub_env) for sub_env in base.envs]
-    elif isinstance(base, IndexableMultiEnv):
-        factories = list(base.env_fns)
+        factories = [SharedEnv(sub_env) for sub_env in sub_envs]
+    elif env_fns is not None:
+        factories = env_fns
     else:
-        factories = [EnvCopy(sub_env, index) for index, sub_env in enumerate(base.envs)]
+        factories = [EnvCopy(sub_env, index) for index, sub_env in enumerate(sub_envs)]
     return [WrappedEnv(factory, wrappers) for factory in factories] if wrappers else factories
+
+
+def _environments(env: DummyVecEnv) -> tuple[list[gym.Env], list[EnvFactory] | None]:
+    """:return: The environments the workers step (thread workers: these objects), and their factories if ``env``
+    keeps them (worker processes call those instead of copying the environments)."""
+    if isinstance(env, IndexableMultiEnv):
+        return list(env.environments), list(env.env_fns)
+    if isinstance(env, FactoryVecEnv):
+        return list(env.envs), list(env.env_fns)
+    return list(env.envs), None
 
 
 def owns_env(factory: EnvFactory) -> bool:
@@ -236,19 +247,20 @@ def _peeled(env: VecEnv) -> tuple[DummyVecEnv, list[Callable[[gym.Env], gym.Env]
         elif not isinstance(env, VecMonitor):
             raise TypeError(
                 f"{type(env).__name__} around the environments is not supported by async collection (the workers "
-                "step each environment on its own); supported: DummyVecEnv, make_vec_env's output, IndexableMultiEnv, "
+                "step each environment on its own); supported: DummyVecEnv, make_vec_env's output, FactoryVecEnv, "
+                "IndexableMultiEnv, "
                 "inside VecMonitor, VecTransposeImage, VecFrameStack and, outermost, VecNormalize"
             )
         env = env.venv
     if isinstance(env, SubprocVecEnv):
         raise TypeError(
             "SubprocVecEnv runs its environments in its own processes, out of reach of the collection workers: pass "
-            "make_vec_env(env_id, n_envs) (a DummyVecEnv) or an IndexableMultiEnv, with use_mp=True to step them in "
-            "worker processes"
+            "make_vec_env(env_id, n_envs) (a DummyVecEnv) or FactoryVecEnv(env_fns) (the same environment count), "
+            "with use_mp=True to step them in worker processes"
         )
     if not isinstance(env, DummyVecEnv):
         raise TypeError(
-            f"async collection needs the environments of a DummyVecEnv (or an IndexableMultiEnv), got "
+            f"async collection needs the environments of a DummyVecEnv (or a FactoryVecEnv, an IndexableMultiEnv), got "
             f"{type(env).__name__}"
         )
     wrappers.reverse()

@@ -98,7 +98,7 @@ class EpisodePacket:
     """
     One complete episode of one environment.
 
-    :param env_index: Index of the environment in the agent's ``IndexableMultiEnv``.
+    :param env_index: Index of the environment among those the workers step.
     :param episode_index: Index of the episode among that environment's episodes.
     :param observations: ``T + 1`` raw observations: before each step, then the last one (terminal or truncated);
         one array per key for Dict observations.

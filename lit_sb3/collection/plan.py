@@ -52,12 +52,16 @@ class CollectionPlan:
     rollout: RolloutSpec | None
 
     @classmethod
-    def for_algorithm(cls, algorithm: BaseAlgorithm, base_seed: int, *, lockstep: bool = False) -> CollectionPlan:
+    def for_algorithm(
+        cls, algorithm: BaseAlgorithm, base_seed: int, *, lockstep: bool = False, n_collection_envs: int | None = None
+    ) -> CollectionPlan:
         """
         :param algorithm: The SB3 algorithm whose collection is planned (with its env set).
         :param base_seed: Seed of the episodes' resets and of the workers' random draws.
-        :param lockstep: On-policy: reproducible collection, each environment ``n_steps`` steps a rollout (see
-            :mod:`lit_sb3.collection.lockstep`).
+        :param lockstep: On-policy: reproducible collection, each environment its share of the rollout's
+            ``n_steps * n_envs`` steps (see :mod:`lit_sb3.collection.lockstep`).
+        :param n_collection_envs: Environments the workers step; by default the algorithm's ``n_envs`` (an
+            ``IndexableMultiEnv`` counts as one environment for the algorithm but holds several).
         :return: The plan.
         """
         check_supported(type(algorithm))
@@ -76,10 +80,10 @@ class CollectionPlan:
             "normalization": normalization,
         }
         if isinstance(algorithm, OnPolicyAlgorithm):
-            acting = ActingSpec(on_policy=True, lockstep_steps=algorithm.n_steps if lockstep else None, **shared)
-            rollout = RolloutSpec(
-                algorithm.n_steps * algorithm.n_envs, algorithm.gamma, algorithm.gae_lambda, algorithm.device
-            )
+            target_steps = algorithm.n_steps * algorithm.n_envs
+            steps_per_env = -(-target_steps // (n_collection_envs or algorithm.n_envs))
+            acting = ActingSpec(on_policy=True, lockstep_steps=steps_per_env if lockstep else None, **shared)
+            rollout = RolloutSpec(target_steps, algorithm.gamma, algorithm.gae_lambda, algorithm.device)
             return cls(algorithm, acting, rollout)
         if lockstep:
             raise ValueError("lockstep (reproducible) collection is for on-policy algorithms")

@@ -11,7 +11,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecNormalize
 
 from lit_sb3.checks import check_non_negative_int, check_positive_int
 from lit_sb3.collection import AsyncCollector, CollectionPlan, Progress
-from lit_sb3.envs.multi_env import IndexableMultiEnv
+from lit_sb3.envs.multi_env import FactoryVecEnv
 from lit_sb3.vec_env.async_eval import AsyncEval
 from lit_sb3.workers.choice import BackendChoice
 
@@ -43,7 +43,7 @@ class EnvGroup:
         eval_env_fn: Callable[[], gym.Env] | None = None,
         n_eval_workers: int = 1,
     ) -> None:
-        self.env = IndexableMultiEnv(env_fns)  # checks env_fns
+        self.env = FactoryVecEnv(env_fns)  # checks env_fns; num_envs is len(env_fns), as the algorithm counts
         self.workers = BackendChoice.parse(backend)
         if n_workers is not None:
             check_positive_int("n_workers", n_workers)
@@ -53,7 +53,7 @@ class EnvGroup:
         if eval_env_fn is not None and not callable(eval_env_fn):
             raise TypeError(f"eval_env_fn must be callable (returning a gymnasium Env), got {type(eval_env_fn)!r}")
         self.backend = backend
-        self.n_workers = n_workers or self.workers.default_workers(self.env.num_envs)
+        self.n_workers = n_workers or self.workers.default_workers(len(self.env.env_fns))
         self.max_episodes_in_buffer = max_episodes_in_buffer
         self.max_restarts = max_restarts
         self.eval_env_fn = eval_env_fn or self.env.env_fns[0]
@@ -62,7 +62,7 @@ class EnvGroup:
     @property
     def num_envs(self) -> int:
         """Number of collection environments."""
-        return self.env.num_envs
+        return len(self.env.env_fns)
 
     def start_collector(
         self,

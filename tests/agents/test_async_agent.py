@@ -42,9 +42,10 @@ def test_the_seed_usage_example_runs_as_written() -> None:
     )
     model.learn(total_timesteps=10)
     model.shutdown()
-    # As Stable-Baselines3 counts: two steps of the 8 environments, all in the replay buffer; no train step before
-    # learning_starts; nothing left running.
-    assert model.num_timesteps == 16 == model.replay_buffer.size()
+    # As async-gym-agents counts (an IndexableMultiEnv is one environment): 10 transitions, all in the replay buffer;
+    # no train step before learning_starts; nothing left running.
+    assert env.num_envs == 1 and len(env) == 8
+    assert model.num_timesteps == 10 == model.replay_buffer.size()
     assert model.get_profiler_report()["trainer"]["train_calls"] == 0
     assert [thread for thread in threading.enumerate() if thread.name.startswith("lit-sb3")] == []
 
