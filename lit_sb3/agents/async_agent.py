@@ -60,6 +60,36 @@ class _Transition:
         return self.step == self.episode.length - 1
 
 
+@dataclass
+class _TakeStatistics:
+    """
+    What the trainer found each time it asked the collection for data (async-gym-agents 0.1's buffer figures).
+
+    :param takes: Rollouts (on-policy) or episodes (off-policy) taken.
+    :param buffered: Finished episodes waiting in the workers' buffer, summed over the takes.
+    :param empty: Takes that had to wait for their data.
+    :param episodes: Episodes taken.
+    :param truncated: Episodes taken that were truncated.
+    """
+
+    takes: int = 0
+    buffered: int = 0
+    empty: int = 0
+    episodes: int = 0
+    truncated: int = 0
+
+    def record(self, collector: AsyncCollector) -> None:
+        """Count a take, just before it."""
+        self.takes += 1
+        self.buffered += collector.stream.buffered
+        self.empty += not collector.assembler.ready
+
+    def record_episodes(self, episodes: list[EpisodePacket]) -> None:
+        """Count the episodes a take brought."""
+        self.episodes += len(episodes)
+        self.truncated += sum(episode.truncated for episode in episodes)
+
+
 class _AsyncAgent:
     """
     What async collection adds to an algorithm, on- or off-policy: the keywords, the collector, ``shutdown`` and
@@ -118,6 +148,7 @@ class _AsyncAgent:
         self._weights_version = 0
         self._train_seconds = 0.0
         self._train_calls = 0
+        self._take_statistics = _TakeStatistics()
         super().__init__(policy, env, *args, **kwargs)  # type: ignore[call-arg]
         if self.env is not None:
             self._collection_env_fns(self.env)  # refuses what the workers cannot step
@@ -191,6 +222,25 @@ class _AsyncAgent:
         if collector is None:
             return {"trainer": trainer, "worker": {}, "buffer": {}, "transport": {}, "policy": {}}
         return {"trainer": trainer, **collector.profile()}
+
+    @property
+    def buffer_utilization(self) -> float:
+        """As async-gym-agents 0.1: the mean number of finished episodes waiting in the buffer when the trainer asked
+        for data (0 before any)."""
+        statistics = self._take_statistics
+        return statistics.buffered / statistics.takes if statistics.takes else 0.0
+
+    @property
+    def buffer_emptyness(self) -> float:
+        """As async-gym-agents 0.1: the fraction of the trainer's requests for data that had to wait for it."""
+        statistics = self._take_statistics
+        return statistics.empty / statistics.takes if statistics.takes else 0.0
+
+    @property
+    def truncated_episodes_fraction(self) -> float:
+        """As async-gym-agents 0.1: the fraction of the episodes trained on that were truncated (0 before any)."""
+        statistics = self._take_statistics
+        return statistics.truncated / statistics.episodes if statistics.episodes else 0.0
 
     def _excluded_save_params(self) -> list[str]:
         # The collection is rebuilt by the next learn(): workers, and the episode under way off-policy.
@@ -271,7 +321,9 @@ class _AsyncOnPolicy(_AsyncAgent):
         collector = self._running_collector()
         self._sync(collector, force=True)
         callback.on_rollout_start()
+        self._take_statistics.record(collector)
         rollout = collector.next_rollout()
+        self._take_statistics.record_episodes(rollout.episodes)
         self.rollout_buffer = rollout.buffer
         n_envs = env.num_envs
         for start in range(0, rollout.length, n_envs):
@@ -362,7 +414,9 @@ class _AsyncOffPolicy(_AsyncAgent):
     def _next_transition(self, collector: AsyncCollector) -> _Transition:
         """:return: The next transition of the stream."""
         if self._episode is None:
+            self._take_statistics.record(collector)
             self._episode = collector.next_episode()
+            self._take_statistics.record_episodes([self._episode])
             self._episode_step = 0
         episode, step = self._episode, self._episode_step
         done = step == episode.length - 1
@@ -389,7 +443,8 @@ def get_injected_agent(algorithm_class: type[Algorithm]) -> type[Algorithm]:
     the weights one version behind, so two runs give identical weights whatever the timing; see
     :mod:`lit_sb3.collection.lockstep`), ``backend="ray"`` with ``use_mp=True`` (one Ray actor per worker, on this
     machine or the cluster of ``ray_address``, each with ``worker_resources``; ``pip install lit_sb3[ray]``). Extra
-    methods: ``get_profiler_report()`` and ``shutdown()``.
+    methods: ``get_profiler_report()`` and ``shutdown()``; async-gym-agents 0.1's ``buffer_utilization``,
+    ``buffer_emptyness`` and ``truncated_episodes_fraction`` are kept.
 
     The environment is what Stable-Baselines3's ``learn`` accepts: an env id, a ``gym.Env``, a ``DummyVecEnv``
     (``make_vec_env``'s output, a :class:`~lit_sb3.envs.multi_env.FactoryVecEnv`) or an

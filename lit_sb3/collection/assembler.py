@@ -98,6 +98,11 @@ class EpisodeAssembler:
         self._thread = threading.Thread(target=self._assemble, name="lit-sb3-episode-assembler", daemon=True)
         self._thread.start()
 
+    @property
+    def ready(self) -> bool:
+        """Whether the next rollout or episode is ready (:meth:`take` returns it without waiting)."""
+        return not self._ready.empty()
+
     def take(self, raise_failure: Callable[[], None]) -> Rollout | EpisodePacket:
         """
         :param raise_failure: Raises the collection's failure, if any (checked while waiting).
