@@ -33,7 +33,7 @@ from lit_sb3.collection import (
 )
 from lit_sb3.collection.acting import samples_directly
 from lit_sb3.collection.collector import WORKER_PRELOAD
-from lit_sb3.collection.envs import EnvFactory, collection_env_fns
+from lit_sb3.collection.envs import EnvFactory, WorkerEnvRouting, collection_env_fns
 from lit_sb3.collection.observations import select, stack
 from lit_sb3.workers.choice import BackendChoice
 
@@ -144,6 +144,7 @@ class _AsyncAgent:
         self.reproducible = reproducible
         self._workers.prepare(WORKER_PRELOAD)
         self._collector: AsyncCollector | None = None
+        self._env_routing: WorkerEnvRouting | None = None
         self._plan: CollectionPlan | None = None
         self._weights_version = 0
         self._train_seconds = 0.0
@@ -200,6 +201,9 @@ class _AsyncAgent:
 
     def shutdown(self) -> None:
         """Stop the collection workers and free their resources (the agent can learn again afterwards)."""
+        if self._env_routing is not None:
+            self._env_routing.remove()
+            self._env_routing = None
         if self._collector is not None:
             self._collector.close()
             self._collector = None
@@ -244,7 +248,7 @@ class _AsyncAgent:
 
     def _excluded_save_params(self) -> list[str]:
         # The collection is rebuilt by the next learn(): workers, and the episode under way off-policy.
-        return [*super()._excluded_save_params(), "_collector", "_plan", "_episode"]  # type: ignore[misc]
+        return [*super()._excluded_save_params(), "_collector", "_env_routing", "_plan", "_episode"]  # type: ignore[misc]
 
     def _timed_train(self, train: Any, *args: Any, **kwargs: Any) -> None:
         started = time.monotonic()
@@ -287,6 +291,10 @@ class _AsyncAgent:
             vec_normalize=self.env if isinstance(self.env, VecNormalize) else None,
             initial_version=self._weights_version,
         )
+        if self._workers.name != "threads":  # they step copies: get_attr, set_attr and env_method go to them
+            if self._env_routing is not None:
+                self._env_routing.remove()
+            self._env_routing = WorkerEnvRouting(self.env, self._collector.env_call)
         return self._collector
 
     def _sync(self, collector: AsyncCollector, *, force: bool = False) -> None:
@@ -453,7 +461,8 @@ def get_injected_agent(algorithm_class: type[Algorithm]) -> type[Algorithm]:
     async-gym-agents (``n_steps`` is the whole rollout, callbacks count transitions); any other VecEnv keeps
     Stable-Baselines3's meaning (``n_steps`` per environment). Thread workers step its environment objects themselves
     (nothing is pickled; ``get_env().env_method`` and ``set_attr`` reach them); worker processes step copies (the
-    factories of an ``IndexableMultiEnv`` or a ``FactoryVecEnv`` are called in each worker). ``SubprocVecEnv``,
+    factories of an ``IndexableMultiEnv`` or a ``FactoryVecEnv`` are called in each worker), which
+    ``get_env().get_attr``, ``set_attr`` and ``env_method`` reach while the collection runs. ``SubprocVecEnv``,
     an environment process workers cannot copy and wrappers the workers cannot reproduce are refused at
     construction, saying what to pass instead.
 

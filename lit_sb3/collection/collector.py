@@ -17,7 +17,7 @@ from stable_baselines3.common.vec_env import VecEnv, VecNormalize
 
 from lit_sb3.collection.assembler import EpisodeAssembler
 from lit_sb3.collection.budget import InFlightBudget
-from lit_sb3.collection.envs import EnvFactory
+from lit_sb3.collection.envs import EnvCall, EnvFactory
 from lit_sb3.collection.episode_worker import EpisodeWorker
 from lit_sb3.collection.episodes import ActingSpec, EpisodePacket, Progress
 from lit_sb3.collection.lockstep import LockstepEpisodeWorker
@@ -215,6 +215,24 @@ class AsyncCollector:
         self._lags.append(self.version - item.first_version)
         self.consumed_steps += item.length
         return item
+
+    def env_call(self, call: EnvCall, env_indices: list[int]) -> list[Any]:
+        """
+        Make a VecEnv's ``get_attr``, ``set_attr`` or ``env_method`` on the environments the workers run.
+
+        :param call: The call.
+        :param env_indices: The environments, by index.
+        :return: What it returned on each, in the order of ``env_indices``.
+        :raises RuntimeError: if an environment runs in no worker (its worker is being replaced).
+        """
+        self.raise_failure()
+        results: dict[int, Any] = {}
+        for reply in self.pool.call_all("env_call", [(call, env_indices)] * self.pool.n_workers):
+            results.update(reply)
+        missing = [index for index in env_indices if index not in results]
+        if missing:
+            raise RuntimeError(f"environments {missing} run in no worker now (a worker is being replaced): call again")
+        return [results[index] for index in env_indices]
 
     def raise_failure(self) -> None:
         """Raise the collection's failure, if any (a worker's exception, with its traceback, or the death of a worker

@@ -11,7 +11,8 @@ import itertools
 import os
 import weakref
 from collections.abc import Callable
-from typing import Any, SupportsFloat
+from dataclasses import dataclass, field
+from typing import Any, Literal, SupportsFloat
 
 import cloudpickle
 import gymnasium as gym
@@ -27,6 +28,7 @@ from stable_baselines3.common.vec_env import (
     VecNormalize,
     VecTransposeImage,
 )
+from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices
 from stable_baselines3.common.vec_env.stacked_observations import StackedObservations
 
 from lit_sb3.collection.observations import select
@@ -265,3 +267,81 @@ def _peeled(env: VecEnv) -> tuple[DummyVecEnv, list[Callable[[gym.Env], gym.Env]
         )
     wrappers.reverse()
     return env, wrappers
+
+
+@dataclass(frozen=True)
+class EnvCall:
+    """
+    A VecEnv's ``get_attr``, ``set_attr`` or ``env_method``, made on an environment as ``DummyVecEnv`` makes it.
+
+    :param kind: Which of the three.
+    :param name: The attribute or method.
+    :param args: ``set_attr``: the value; ``env_method``: the positional arguments.
+    :param kwargs: ``env_method``: the keyword arguments.
+    """
+
+    kind: Literal["get_attr", "set_attr", "env_method"]
+    name: str
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def apply(self, env: gym.Env) -> Any:
+        """:return: What the call returns on ``env`` (None for ``set_attr``)."""
+        while isinstance(env, TransposedImage | StackedFrames):  # the agent's env is under the workers' wrappers
+            env = env.env
+        if self.kind == "set_attr":
+            setattr(env, self.name, self.args[0])
+            return None
+        attribute = env.get_wrapper_attr(self.name)
+        return attribute if self.kind == "get_attr" else attribute(*self.args, **self.kwargs)
+
+
+#: Methods Stable-Baselines3 itself calls on the training env that stay in this process: HER's reward, a pure
+#: function of its arguments, computed for every sampled batch.
+LOCAL_METHODS = frozenset({"compute_reward"})
+
+
+class WorkerEnvRouting:
+    """
+    Routes ``get_attr``, ``set_attr`` and ``env_method`` of an agent's VecEnv to the environments worker processes
+    step (copies of its own): installed on the ``DummyVecEnv`` under its wrappers (which pass these calls down),
+    removed when the collection stops. ``set_attr`` also sets the attribute on the copies of this process.
+
+    :param env: The agent's VecEnv.
+    :param call: Makes a call on the workers' environments of the given indices and returns their results in order.
+    """
+
+    def __init__(self, env: VecEnv, call: Callable[[EnvCall, list[int]], list[Any]]) -> None:
+        self.base, _ = _peeled(env.venv if isinstance(env, VecNormalize) else env)
+        self.call = call
+        base = self.base
+        self._local_set_attr = functools.partial(type(base).set_attr, base)
+        self._local_env_method = functools.partial(type(base).env_method, base)
+        base.get_attr = self.get_attr  # type: ignore[method-assign]
+        base.set_attr = self.set_attr  # type: ignore[method-assign]
+        base.env_method = self.env_method  # type: ignore[method-assign]
+
+    def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> list[Any]:
+        return self.call(EnvCall("get_attr", attr_name), self._indices(indices))
+
+    def set_attr(self, attr_name: str, value: Any, indices: VecEnvIndices = None) -> None:
+        self._local_set_attr(attr_name, value, indices)
+        self.call(EnvCall("set_attr", attr_name, (value,)), self._indices(indices))
+
+    def env_method(
+        self, method_name: str, *method_args: Any, indices: VecEnvIndices = None, **method_kwargs: Any
+    ) -> list[Any]:
+        if method_name in LOCAL_METHODS:
+            return self._local_env_method(method_name, *method_args, indices=indices, **method_kwargs)
+        return self.call(EnvCall("env_method", method_name, method_args, method_kwargs), self._indices(indices))
+
+    def remove(self) -> None:
+        """Give the VecEnv its own methods back."""
+        for name in ("get_attr", "set_attr", "env_method"):
+            vars(self.base).pop(name, None)
+
+    def _indices(self, indices: VecEnvIndices) -> list[int]:
+        if isinstance(self.base, IndexableMultiEnv):  # it addresses every environment it holds
+            count = len(self.base)
+            return list(range(count)) if indices is None else [indices] if isinstance(indices, int) else list(indices)
+        return list(self.base._get_indices(indices))

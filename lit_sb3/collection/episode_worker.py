@@ -23,7 +23,7 @@ from lit_sb3.collection.acting import (
     sample_on_policy,
     samples_directly,
 )
-from lit_sb3.collection.envs import owns_env
+from lit_sb3.collection.envs import EnvCall, owns_env
 from lit_sb3.collection.episodes import ActingSpec, EpisodePacket, Progress, collection_seed
 from lit_sb3.collection.observations import Observations, as_tensor, select, stack
 from lit_sb3.collection.stepping import EnvStepper, StepOutcome
@@ -130,7 +130,8 @@ class EpisodeWorker(WorkerApp):
     finished one as an :class:`~lit_sb3.collection.episodes.EpisodePacket` (unit: its episode index). All environments
     of the worker step together, with one batched policy call, and in threads once their steps are measured to be
     slow (see :class:`~lit_sb3.collection.stepping.EnvStepper`). Immediate control ``sync`` loads new weights and
-    the trainer's progress between two steps; ``acknowledge`` frees room under an in-flight limit.
+    the trainer's progress between two steps; ``acknowledge`` frees room under an in-flight limit; ``env_call`` makes
+    a VecEnv's ``get_attr``, ``set_attr`` or ``env_method`` on the environments it runs.
 
     :param env_fns: The factories of every environment of the agent (the worker builds those it is given).
     :param policy: A copy of the trainer's policy.
@@ -142,8 +143,8 @@ class EpisodeWorker(WorkerApp):
         (begun and not yet acknowledged as received); an environment whose next episode may not begin waits.
     """
 
-    immediate_methods: ClassVar[frozenset[str]] = frozenset({"sync", "acknowledge"})
-    control_methods: ClassVar[frozenset[str]] = frozenset({"sync", "acknowledge"})
+    immediate_methods: ClassVar[frozenset[str]] = frozenset({"sync", "acknowledge", "env_call"})
+    control_methods: ClassVar[frozenset[str]] = frozenset({"sync", "acknowledge", "env_call"})
     task_methods: ClassVar[frozenset[str]] = frozenset({"collect"})
 
     def __init__(
@@ -235,6 +236,15 @@ class EpisodeWorker(WorkerApp):
                 self._begin(run)
         if waiting:
             self._resample_noise()
+
+    def env_call(self, call: EnvCall, env_indices: list[int]) -> dict[int, Any]:
+        """
+        :param call: The call.
+        :param env_indices: The environments it is for (those of them the worker runs are called).
+        :return: What it returned, by environment index.
+        """
+        wanted = set(env_indices)
+        return {run.env_index: call.apply(run.env) for run in self._running if run.env_index in wanted}
 
     # ------------------------------------------------------------------------------------------------ tasks
 

@@ -24,7 +24,7 @@ from stable_baselines3.common.vec_env import (
 
 from agents.agent_envs import LockedEnv, OddEnv, SleepyOddEnv
 from agents.helpers import multi_env
-from lit_sb3 import get_injected_agent
+from lit_sb3 import IndexableMultiEnv, get_injected_agent
 
 CNN_KWARGS = {"features_extractor_kwargs": {"features_dim": 16}}
 
@@ -70,6 +70,32 @@ def test_thread_workers_step_the_agents_own_env_objects_nothing_pickled() -> Non
         assert model.ep_info_buffer[-1]["l"] == 3
     finally:
         model.shutdown()
+
+
+ROUTED_ENVS = {
+    "DummyVecEnv": lambda: DummyVecEnv([OddEnv, OddEnv]),
+    "VecNormalize(IndexableMultiEnv)": lambda: VecNormalize(IndexableMultiEnv([OddEnv, OddEnv])),
+}
+
+
+@pytest.mark.parametrize("use_mp", [False, True], ids=["threads", "processes"])
+@pytest.mark.parametrize("make_env", ROUTED_ENVS.values(), ids=ROUTED_ENVS.keys())
+def test_get_attr_set_attr_and_env_method_reach_the_environments_the_workers_step(make_env: Any, use_mp: bool) -> None:
+    model = get_injected_agent(SAC)("MlpPolicy", make_env(), learning_starts=20, use_mp=use_mp, seed=0)
+    try:
+        model.learn(100)
+        vec_env = model.get_env()
+        assert isinstance(vec_env, VecEnv)
+        stepped = vec_env.get_attr("total_steps")  # both environments, as the workers stepped them
+        assert len(stepped) == 2 and sum(stepped) >= 100 and all(steps > 0 for steps in stepped)
+        vec_env.set_attr("length", 3, indices=[1])
+        assert vec_env.env_method("get_wrapper_attr", "length") == [7, 3]
+        vec_env.set_attr("length", 3)  # and what is set there changes what the workers collect next
+        model.learn(200, reset_num_timesteps=False)  # (after the episodes buffered ahead, up to 8 of 7 steps)
+        assert model.ep_info_buffer[-1]["l"] == 3
+    finally:
+        model.shutdown()
+    assert model.get_env().get_attr("length") == [3, 3]  # set in this process too
 
 
 def test_when_learn_returns_thread_workers_no_longer_step_the_agents_env_objects() -> None:
