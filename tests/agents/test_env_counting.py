@@ -4,11 +4,13 @@ other VecEnv keeps Stable-Baselines3's meaning (``n_steps`` per environment, a c
 
 from __future__ import annotations
 
+import pathlib
 from typing import Any
 
 import pytest
 from stable_baselines3 import PPO, SAC
 from stable_baselines3.common.callbacks import EvalCallback
+from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
 
 from agents.agent_envs import OddEnv
@@ -65,8 +67,10 @@ def test_off_policy_steps_are_one_transition_on_an_indexable_multi_env(kind: str
     assert model.num_timesteps == 48 == model.replay_buffer.size()
 
 
-def test_eval_freq_counts_transitions_on_an_indexable_multi_env() -> None:
-    evaluation = EvalCallback(DummyVecEnv([OddEnv]), eval_freq=20, n_eval_episodes=1, verbose=0)
+def test_eval_freq_counts_transitions_on_an_indexable_multi_env(tmp_path: pathlib.Path) -> None:
+    evaluation = EvalCallback(
+        DummyVecEnv([lambda: Monitor(OddEnv())]), eval_freq=20, n_eval_episodes=1, log_path=str(tmp_path), verbose=0
+    )
     model = get_injected_agent(PPO)(
         "MlpPolicy", odd_envs("IndexableMultiEnv"), n_steps=20, batch_size=20, n_epochs=1, use_mp=False, seed=0
     )
