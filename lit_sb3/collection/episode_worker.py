@@ -228,8 +228,18 @@ class EpisodeWorker(WorkerApp):
         :param episode: ``(env_index, episode_index)`` of an episode the trainer's side received.
         :param limit: Most episodes in flight from now on (None: no limit).
         """
-        self._in_flight.discard(episode)
         self._in_flight_limit = limit
+        self._free(episode)
+
+    def dropped(self, request_id: int, unit: int) -> None:
+        """An episode dropped for want of buffer room is no longer in flight (it is never acknowledged)."""
+        for run in self._running:
+            if run.request_id == request_id:
+                self._free((run.env_index, unit))
+
+    def _free(self, episode: tuple[int, int]) -> None:
+        """Take ``(env_index, episode_index)`` out of the episodes in flight; begin what waited for room."""
+        self._in_flight.discard(episode)
         waiting = [run for run in self._running if run.parked]
         for run in waiting:
             if self._may_begin():

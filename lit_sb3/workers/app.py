@@ -102,6 +102,14 @@ class WorkerApp(ABC):
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release the app's resources (environments...)."""
 
+    def dropped(self, request_id: int, unit: int) -> None:  # noqa: B027 - optional hook
+        """
+        A partial result the app emitted was dropped in the worker (no buffer room within the put timeout).
+
+        :param request_id: Its task.
+        :param unit: Its unit.
+        """
+
     def attach_emitter(self, emit: Emit) -> None:
         """
         :param emit: Where :meth:`emit` hands partial results (set by the worker loop).

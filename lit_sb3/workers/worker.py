@@ -205,6 +205,8 @@ class _WorkerLoop:
             elif self.put_timeout is not None and waited >= self.put_timeout:
                 self.outbox.popleft()
                 self.channel.send(Reply(reply.request_id, unit=reply.unit, dropped=True, wait_seconds=waited))
+                if reply.unit is not None:
+                    self.app.dropped(reply.request_id, reply.unit)
             else:
                 return
 

@@ -162,6 +162,32 @@ def test_the_buffer_bound_and_the_put_timeout() -> None:
         assert report["buffer"]["buffered_episodes"] <= 2 and 0 <= report["transport"]["utilization"] <= 1
 
 
+@pytest.mark.timeout(120)
+def test_episodes_dropped_for_want_of_room_free_their_place_in_flight() -> None:
+    class SlowTrainer(EpisodeRecorder):
+        def _on_rollout_end(self) -> None:
+            import time
+
+            time.sleep(0.3)
+
+    # Rollouts of one episode or so: two episodes in flight at most, which dropped episodes must give back.
+    model = get_injected_agent(PPO)(
+        "MlpPolicy",
+        multi_env("CartPole-v1", 4),
+        use_mp=False,
+        n_steps=8,
+        batch_size=8,
+        max_episodes_in_buffer=2,
+        queue_put_timeout=0.01,
+    )
+    try:
+        model.learn(300, callback=SlowTrainer())
+        report = model.get_profiler_report()
+    finally:
+        model.shutdown()
+    assert model.num_timesteps >= 300 and report["buffer"]["episodes_dropped"] > 0
+
+
 @pytest.mark.parametrize("algorithm", [PPO, SAC], ids=lambda cls: cls.__name__)
 def test_vec_normalize_statistics_count_every_consumed_observation_once(algorithm: type) -> None:
     from stable_baselines3.common.vec_env import VecNormalize
