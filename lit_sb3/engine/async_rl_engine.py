@@ -204,6 +204,7 @@ class AsyncRLEngine(BaseEngine):
             stuck = [thread.name for thread in threads if thread.is_alive()]
             try:
                 if not stuck:
+                    self._return_prepared_dataset()
                     self._summarise(
                         "AsyncRLEngine",
                         time.monotonic() - started,

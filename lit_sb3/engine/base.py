@@ -294,6 +294,21 @@ class BaseEngine(ABC):
             self.gradient_steps += owed
             self._dataset = Dataset(batches, collected)
 
+    def _return_prepared_dataset(self) -> None:
+        """
+        Give back the dataset prepared for a train step that did not happen (the run stopped first): its rollout
+        goes back to the head of the buffer, its drawn gradient steps are no longer counted (they are drawn again).
+        """
+        with self._data_lock:
+            dataset, self._dataset = self._dataset, None
+            if dataset is None:
+                return
+            if isinstance(dataset.data, SampledBatches):
+                self.gradient_steps -= len(dataset.data)
+            elif dataset.rollout is not None:
+                assert isinstance(self.buffer, RolloutQueue)
+                self.buffer.restore([dataset.rollout])
+
     def _train_step(self) -> None:
         """Train on the prepared dataset; log and checkpoint when due."""
         with self._data_lock:

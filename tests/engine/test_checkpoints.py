@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from functools import partial
 from pathlib import Path
@@ -108,3 +109,15 @@ def test_a_vec_normalize_around_another_env_or_a_checkpoint_without_one_is_refus
     plain.run()
     with pytest.raises(ValueError, match="saved without VecNormalize statistics"):
         normalized_ppo_engine(tmp_path / "other").load_checkpoint(checkpoints(tmp_path)[0])
+
+
+def test_after_a_run_every_step_collected_is_trained_on_or_queued_for_the_next() -> None:
+    engine = prefetching_ppo_engine(total_env_steps=1500)
+    engine.run()
+    queued = engine.buffer.queued()  # type: ignore[attr-defined]
+    assert engine.collected_steps == engine.num_timesteps + sum(len(rollout.rewards) for rollout in queued)
+    engine.config = dataclasses.replace(engine.config, total_env_steps=3000)
+    engine.run()  # trains first on what the last run left queued
+    assert engine.num_timesteps >= 3000
+    queued = engine.buffer.queued()  # type: ignore[attr-defined]
+    assert engine.collected_steps == engine.num_timesteps + sum(len(rollout.rewards) for rollout in queued)

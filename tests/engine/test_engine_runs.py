@@ -188,6 +188,7 @@ def test_dqn_explores_on_its_schedule_and_updates_its_target_network() -> None:
     assert model._n_calls == model.num_timesteps >= 2000  # _on_step once per env step, as learn() does
     assert model.exploration_rate < model.exploration_initial_eps
     assert engine.gradient_steps == (model.num_timesteps - 200) // 4  # train_freq 4, one gradient step
+    assert model._n_updates == engine.gradient_steps  # a batch drawn after the last train step is given back
     assert not th.equal(parameters_to_vector(model.q_net_target.parameters()), target_before)
 
 
