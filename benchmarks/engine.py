@@ -5,8 +5,8 @@ shifts hit all of them alike); the table gives medians over the seeds.
 
 - PPO CartPole-v1, 8 envs, 2048 steps per rollout: env steps/s, updates/s and wall time until the mean return of the
   last 20 episodes reaches 475.
-- PPO on a CartPole that sleeps 2 ms a step (8 envs, one worker process per env): env steps/s against
-  ``SubprocVecEnv`` (target: the async engine at least 1.6 times as fast).
+- PPO on a CartPole that sleeps 2 ms a step (8 envs, one worker process per env, and at the default worker count):
+  env steps/s against ``SubprocVecEnv`` (target: the async engine at least 1.6 times as fast).
 - SAC Pendulum-v1, one env, one gradient step per env step (worker threads): env steps/s, updates/s and wall time
   until the mean return of the last 10 episodes reaches -250.
 
@@ -76,6 +76,10 @@ class Case:
         return self.n_envs if self.env_fn is SleepyCartPole else None
 
 
+#: The suffix of the rows at the engine's default worker count (where the case sets another).
+DEFAULT_WORKERS = ", default workers"
+
+
 def watched(engine_class: type[BaseEngine], threshold: float, window: int, started: float) -> type[BaseEngine]:
     """:return: The engine class, recording when the mean of its last ``window`` returns first reaches ``threshold``."""
 
@@ -93,7 +97,8 @@ def watched(engine_class: type[BaseEngine], threshold: float, window: int, start
 def measure_engine(case: Case, configuration: str, seed: int) -> Run:
     started = time.monotonic()
     fns: list[Callable[[], gym.Env]] = [case.env_fn] * case.n_envs
-    group = EnvGroup(fns, backend=case.backend, n_workers=case.n_workers)
+    n_workers = None if configuration.endswith(DEFAULT_WORKERS) else case.n_workers
+    group = EnvGroup(fns, backend=case.backend, n_workers=n_workers)
     model = case.algorithm("MlpPolicy", group.env, seed=seed, verbose=0, **case.kwargs)
     engine_class = AsyncRLEngine if configuration.startswith("AsyncRLEngine") else SyncRLEngine
     threshold = case.threshold if case.threshold is not None else np.inf
@@ -111,9 +116,10 @@ def measure_learn(case: Case, configuration: str, seed: int) -> Run:
     fns: list[Callable[[], gym.Env]] = [partial(monitored, case.env_fn) for _ in range(case.n_envs)]
     kwargs = {**case.kwargs, "seed": seed, "verbose": 0}
     release: Callable[[], None]
-    if configuration == "injected agent":
+    if configuration.startswith("injected agent"):
+        n_workers = None if configuration.endswith(DEFAULT_WORKERS) else case.n_workers
         model = get_injected_agent(case.algorithm)(
-            "MlpPolicy", FactoryVecEnv(fns), use_mp=case.backend == "processes", n_workers=case.n_workers, **kwargs
+            "MlpPolicy", FactoryVecEnv(fns), use_mp=case.backend == "processes", n_workers=n_workers, **kwargs
         )
         release = model.shutdown
     else:
@@ -167,7 +173,10 @@ def main() -> None:
     for seed in seeds:
         for case in cases:
             engines = [f"AsyncRLEngine {case.backend}", f"SyncRLEngine {case.backend}"]
-            for configuration in [*engines, *case.plain, "injected agent"]:
+            if case.n_workers is not None:  # also at default arguments
+                engines.append(f"AsyncRLEngine {case.backend}{DEFAULT_WORKERS}")
+            injected = ["injected agent"] + ([f"injected agent{DEFAULT_WORKERS}"] if case.n_workers is not None else [])
+            for configuration in [*engines, *case.plain, *injected]:
                 measure = measure_engine if configuration in engines else measure_learn
                 run = measure(case, configuration, seed)
                 case.results.setdefault(configuration, []).append(run)
