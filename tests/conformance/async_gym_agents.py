@@ -22,7 +22,7 @@ import tarfile
 import tempfile
 import urllib.request
 
-from conformance.upstream import cache_folder
+from conformance.upstream import cache_folder, unpacked_sdist
 
 REPOSITORY = "Luke100000/async-gym-agents"
 COMMIT = "df0dabe0c9f5e4fd2a28e9d0acbd86c73c56158c"
@@ -100,8 +100,11 @@ def fixtures_root() -> pathlib.Path:
         nothing of async-gym-agents but its test environments can be imported).
     """
     root = cache_folder() / "conformance" / f"async-gym-agents-{FIXTURES_VERSION}-envs"
-    if (root / "async_gym_agents" / "envs").is_dir():
-        return root
+
+    def wanted(parts: list[str]) -> bool:
+        return parts[:2] == ["async_gym_agents", "envs"] and parts[-1] in FIXTURE_MODULES
+
+    return unpacked_sdist("async-gym-agents", FIXTURES_VERSION, root, wanted, root / "async_gym_agents" / "envs")
     root.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=root.parent) as download:
         command = [sys.executable, "-m", "pip", "download", "--quiet", "--no-binary", ":all:", "--no-deps"]

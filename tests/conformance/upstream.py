@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from collections.abc import Callable
 from typing import NamedTuple
 
 
@@ -118,6 +119,41 @@ def cache_folder() -> pathlib.Path:
     return pathlib.Path(root) if root else pathlib.Path.home() / ".cache" / "lit_sb3"
 
 
+def unpacked_sdist(
+    distribution: str, version: str, root: pathlib.Path, wanted: Callable[[list[str]], bool], done: pathlib.Path
+) -> pathlib.Path:
+    """
+    Download a distribution's sdist and unpack some of its files into ``root``, once (later calls find ``done``).
+
+    :param distribution: Its name on PyPI.
+    :param version: The version.
+    :param root: Where the sdist's top folder is unpacked (renamed into place: a concurrent run finds it whole or
+        not at all).
+    :param wanted: Whether a member is unpacked, from its path's parts below the sdist's top folder.
+    :param done: A path below ``root`` that exists once it is unpacked.
+    :return: ``root``.
+    """
+    if done.exists():
+        return root
+    root.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=root.parent) as download:
+        command = [sys.executable, "-m", "pip", "download", "--quiet", "--no-binary", ":all:", "--no-deps"]
+        subprocess.run([*command, "--dest", download, f"{distribution}=={version}"], check=True)
+        (archive,) = pathlib.Path(download).glob("*.tar.gz")
+        unpacked = pathlib.Path(download) / "unpacked"
+        with tarfile.open(archive) as sdist:
+            members = [member for member in sdist.getmembers() if wanted(member.name.split("/")[1:])]
+            sdist.extractall(unpacked, members=members, filter="data")
+        (top,) = unpacked.iterdir()
+        try:
+            top.rename(root)
+        except OSError:
+            if not done.exists():
+                raise
+            shutil.rmtree(top)
+    return root
+
+
 def upstream_root(upstream: Upstream) -> pathlib.Path:
     """
     The unpacked sdist of the installed version (its ``tests/`` and its pytest configuration), fetched on first use.
@@ -127,8 +163,11 @@ def upstream_root(upstream: Upstream) -> pathlib.Path:
     """
     version = importlib.metadata.version(upstream.distribution)
     root = cache_folder() / "conformance" / f"{upstream.distribution}-{version}"
-    if (root / "tests").is_dir():
-        return root
+
+    def wanted(parts: list[str]) -> bool:
+        return bool(parts) and parts[0] in ("tests", "pyproject.toml", "setup.cfg")
+
+    return unpacked_sdist(upstream.distribution, version, root, wanted, root / "tests")
     root.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=root.parent) as download:
         command = [
