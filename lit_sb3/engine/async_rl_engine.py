@@ -200,7 +200,8 @@ class AsyncRLEngine(BaseEngine):
             if self._evaluator is not None:
                 self._evaluator.close()
             for thread in threads:
-                thread.join(JOIN_TIMEOUT)
+                if thread.ident is not None:  # started (Ctrl-C may come while they are being started)
+                    thread.join(JOIN_TIMEOUT)
             stuck = [thread.name for thread in threads if thread.is_alive()]
             try:
                 if not stuck:
