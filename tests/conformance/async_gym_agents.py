@@ -15,11 +15,6 @@ from __future__ import annotations
 import hashlib
 import os
 import pathlib
-import shutil
-import subprocess
-import sys
-import tarfile
-import tempfile
 import urllib.request
 
 from conformance.upstream import cache_folder, unpacked_sdist
@@ -105,28 +100,6 @@ def fixtures_root() -> pathlib.Path:
         return parts[:2] == ["async_gym_agents", "envs"] and parts[-1] in FIXTURE_MODULES
 
     return unpacked_sdist("async-gym-agents", FIXTURES_VERSION, root, wanted, root / "async_gym_agents" / "envs")
-    root.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=root.parent) as download:
-        command = [sys.executable, "-m", "pip", "download", "--quiet", "--no-binary", ":all:", "--no-deps"]
-        subprocess.run([*command, "--dest", download, f"async-gym-agents=={FIXTURES_VERSION}"], check=True)
-        (archive,) = pathlib.Path(download).glob("*.tar.gz")
-        unpacked = pathlib.Path(download) / "unpacked"
-        with tarfile.open(archive) as sdist:
-            members = [
-                member
-                for member in sdist.getmembers()
-                if member.name.split("/")[1:3] == ["async_gym_agents", "envs"]
-                and member.name.rsplit("/", 1)[-1] in FIXTURE_MODULES
-            ]
-            sdist.extractall(unpacked, members=members, filter="data")
-        (top,) = unpacked.iterdir()
-        try:
-            top.rename(root)
-        except OSError:
-            if not (root / "async_gym_agents" / "envs").is_dir():
-                raise
-            shutil.rmtree(top)
-    return root
 
 
 def with_lit_sb3_imports(source: str) -> str:

@@ -146,7 +146,7 @@ def unpacked_sdist(
             sdist.extractall(unpacked, members=members, filter="data")
         (top,) = unpacked.iterdir()
         try:
-            top.rename(root)
+            top.rename(root)  # atomic: a concurrent run finds the whole folder or none
         except OSError:
             if not done.exists():
                 raise
@@ -168,37 +168,3 @@ def upstream_root(upstream: Upstream) -> pathlib.Path:
         return bool(parts) and parts[0] in ("tests", "pyproject.toml", "setup.cfg")
 
     return unpacked_sdist(upstream.distribution, version, root, wanted, root / "tests")
-    root.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=root.parent) as download:
-        command = [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "--quiet",
-            "--no-binary",
-            ":all:",
-            "--no-deps",
-            "--dest",
-            download,
-            f"{upstream.distribution}=={version}",
-        ]
-        subprocess.run(command, check=True)
-        (archive,) = pathlib.Path(download).glob("*.tar.gz")
-        unpacked = pathlib.Path(download) / "unpacked"
-        with tarfile.open(archive) as sdist:
-            members = [
-                member
-                for member in sdist.getmembers()
-                if member.name.count("/") >= 1
-                and (member.name.split("/", 2)[1] in ("tests", "pyproject.toml", "setup.cfg"))
-            ]
-            sdist.extractall(unpacked, members=members, filter="data")
-        (top,) = unpacked.iterdir()
-        try:
-            top.rename(root)  # atomic: a concurrent run finds the whole folder or none
-        except OSError:
-            if not (root / "tests").is_dir():
-                raise
-            shutil.rmtree(top)
-    return root
