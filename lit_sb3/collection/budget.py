@@ -14,16 +14,18 @@ UNBOUNDED_ROLLOUTS_IN_FLIGHT = 2
 
 class InFlightBudget:
     """
-    Back-pressure tied to the lag bound (Sample Factory's ``max_policy_lag``, for whole episodes): a worker may
-    have begun at most :meth:`per_worker` episodes that the assembler has not received. When the trainer is the
-    bottleneck, workers then wait for newer weights instead of acting out episodes that would be dropped as stale,
-    or still be buffered when training ends.
+    Back-pressure tied to the lag bound (Sample Factory's ``max_policy_lag``, for whole episodes): the workers may
+    have begun at most :meth:`total` episodes that the assembler has not received, shared out among them. When the
+    trainer is the bottleneck, workers then wait for newer weights instead of acting out episodes that would be
+    dropped as stale, or still be buffered when training ends.
 
     On-policy, a rollout of ``target_steps`` takes about ``K = ceil(target_steps / mean episode length)`` episodes.
-    One rollout trains while the next waits to be taken; ``max_policy_lag - 1`` more rollouts' worth of episodes in
-    flight is then the most that is still within the bound when it is assembled (without a bound: two, enough to
-    keep every environment of a slow-stepping worker busy). Off-policy, the trainer takes one episode at a time:
-    each environment has at most one episode under way that the assembler has not received.
+    When an episode ``E`` begins, one rollout may be training, one waiting to be taken and ``K - 1`` episodes
+    gathered; with ``B`` episodes in flight (``E`` among them), at most ``2 + floor((K + B - 2) / K)`` train steps
+    end before ``E`` is received. ``B = (max_policy_lag - 2) K + 1`` is the most that keeps that within the bound
+    (at least one episode per worker; without a bound: two rollouts' worth, enough to keep every environment of a
+    slow-stepping worker busy). Off-policy, the trainer takes one episode at a time: each environment has at most
+    one episode under way that the assembler has not received.
 
     :param max_policy_lag: The collection's lag bound, in weight versions; None for none.
     :param target_steps: On-policy: steps of a rollout; None off-policy.
@@ -42,12 +44,27 @@ class InFlightBudget:
         """:param length: The length of an episode received."""
         self._lengths.append(length)
 
-    def per_worker(self) -> int | None:
-        """:return: Episodes each worker may have in flight; None (no bound) until an on-policy episode arrived."""
+    def total(self) -> int | None:
+        """:return: Episodes all workers together may have in flight; None (no bound) until an on-policy episode
+        arrived."""
         if self.target_steps is None:
-            return math.ceil(self.n_envs / self.n_workers)
+            return self.n_envs
         if not self._lengths:
             return None
         episodes_per_rollout = math.ceil(self.target_steps / (sum(self._lengths) / len(self._lengths)))
-        rollouts = self.max_policy_lag - 1 if self.max_policy_lag is not None else UNBOUNDED_ROLLOUTS_IN_FLIGHT
-        return max(1, math.ceil(rollouts * episodes_per_rollout / self.n_workers))
+        if self.max_policy_lag is None:
+            return UNBOUNDED_ROLLOUTS_IN_FLIGHT * episodes_per_rollout
+        return max(self.n_workers, (self.max_policy_lag - 2) * episodes_per_rollout + 1)
+
+    def per_worker(self, worker_index: int) -> int | None:
+        """
+        :param worker_index: The worker.
+        :return: Episodes it may have in flight: its share of :meth:`total` (None: no bound yet); off-policy, one
+            per environment of the most any worker runs.
+        """
+        if self.target_steps is None:
+            return math.ceil(self.n_envs / self.n_workers)
+        total = self.total()
+        if total is None:
+            return None
+        return total // self.n_workers + (worker_index < total % self.n_workers)

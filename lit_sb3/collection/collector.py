@@ -256,7 +256,7 @@ class AsyncCollector:
                 "restarts": self.pool.restarts,
                 "episodes_resumed": counts.resumed,
                 "episodes_interrupted": counts.interrupted,
-                "max_episodes_in_flight": self.budget.per_worker() if self.budget is not None else None,
+                "max_episodes_in_flight": self.budget.total() if self.budget is not None else None,
                 "collected_steps": received.steps,
                 "wasted_fraction": 1.0 - self.consumed_steps / received.steps if received.steps else 0.0,
             },
@@ -310,7 +310,10 @@ class AsyncCollector:
         if previous is not None and previous.done() and previous.exception() is not None:
             raise previous.exception()  # type: ignore[misc]
         self._acknowledgements[item.worker_index] = self.pool.call(
-            item.worker_index, "acknowledge", (packet.env_index, packet.episode_index), self.budget.per_worker()
+            item.worker_index,
+            "acknowledge",
+            (packet.env_index, packet.episode_index),
+            self.budget.per_worker(item.worker_index),
         )
 
 

@@ -28,6 +28,7 @@ def test_ppo_reaches_475_on_cartpole(engine_class: type[BaseEngine]) -> None:
     mean_return, _ = evaluate_policy(model, Monitor(gym.make("CartPole-v1")), n_eval_episodes=10)
     assert mean_return >= 475
     assert summary["policy_lag"]["max"] <= 4 + 1
+    assert summary["wasted_fraction"] < 0.1  # workers wait rather than act out episodes that would be dropped
 
 
 @pytest.mark.slow
