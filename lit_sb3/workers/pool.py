@@ -36,8 +36,10 @@ from lit_sb3.workers.stream import Stream, StreamItem
 
 #: Seconds a worker gets to exit after being asked to, before it is killed.
 CLOSE_GRACE_PERIOD = 3.0
-#: Seconds between two reads of the progress boards when a timeout is set.
+#: Seconds between two reads of the progress boards when a timeout is set, or while a worker is starting.
 PROGRESS_CHECK_INTERVAL = 0.1
+#: Seconds a worker may take to build its app after it was started (a Ray actor waiting for a free CPU included).
+DEFAULT_START_TIMEOUT = 300.0
 
 #: What happens to a task whose worker died: run it again from scratch, resume it on another worker (a stream: the
 #: units already delivered are skipped), or fail its job.
@@ -144,6 +146,7 @@ class _Slot:
 
     handle: WorkerHandle | None
     ready: bool = False
+    started_at: float = field(default_factory=time.monotonic)  # when the worker was (re)started
     calls_in_flight: dict[int, _Call] = field(default_factory=dict)  # by request id, in the order sent
     tasks_in_flight: dict[int, _Task] = field(default_factory=dict)  # by request id, in the order sent
     waiting_calls: deque[_Call] = field(default_factory=deque)
@@ -187,6 +190,8 @@ class WorkerPool:
         and not yet taken by a consumer); None for no limit.
     :param put_timeout: Seconds a worker waits for buffer room before dropping a partial result (counted); None to
         wait as long as it takes.
+    :param start_timeout: Seconds a worker, or a dead worker's replacement, may take to become ready before the pool
+        gives up with a :class:`~lit_sb3.workers.errors.WorkerDiedError`; None to wait as long as it takes.
     """
 
     def __init__(
@@ -199,6 +204,7 @@ class WorkerPool:
         unit_name: str = "unit",
         stream_capacity: int | None = None,
         put_timeout: float | None = None,
+        start_timeout: float | None = DEFAULT_START_TIMEOUT,
     ) -> None:
         if len(app_factories) == 0:
             raise ValueError("app_factories is empty: a pool needs at least one worker")
@@ -209,12 +215,15 @@ class WorkerPool:
             check_positive_int("stream_capacity", stream_capacity)
         if put_timeout is not None:
             check_non_negative_number("put_timeout", put_timeout)
+        if start_timeout is not None:
+            check_positive_number("start_timeout", start_timeout)
         self.unit_name = unit_name
         self.max_restarts = max_restarts
         self.restarts = 0
         self.unit_timeout = unit_timeout
         self.stream_capacity = stream_capacity
         self.put_timeout = put_timeout
+        self.start_timeout = start_timeout
         self._free_credit = stream_capacity or 0
         self._backend = backend if backend is not None else LocalBackend()
         self._factories = [cloudpickle.dumps(factory) for factory in app_factories]
@@ -430,7 +439,13 @@ class WorkerPool:
             waiting = [
                 slot.handle for i, slot in enumerate(self._slots) if i not in started and slot.handle is not None
             ]
-            readable, dead = self._backend.wait(waiting, None)
+            if self.start_timeout is None:
+                remaining = None
+            else:
+                remaining = self._slots[0].started_at + self.start_timeout - time.monotonic()
+                if remaining <= 0:
+                    raise self._not_ready_error([slot for slot in self._slots if not slot.ready])
+            readable, dead = self._backend.wait(waiting, remaining)
             for handle in readable:
                 try:
                     reply: Reply = handle.recv()
@@ -467,6 +482,7 @@ class WorkerPool:
                 for handle in dead:
                     self._on_death(handle)
                 self._check_progress()
+                self._check_starts()
         except BaseException as exc:
             self._broken = exc
             self._fail_everything(RuntimeError(f"the worker pool's dispatcher failed: {exc!r}"))
@@ -488,7 +504,10 @@ class WorkerPool:
         return [slot.handle for slot in self._slots if slot.handle is not None]
 
     def _wait_timeout(self) -> float | None:
-        return PROGRESS_CHECK_INTERVAL if self.unit_timeout is not None else None
+        starting = self.start_timeout is not None and any(
+            slot.handle is not None and not slot.ready for slot in self._slots
+        )
+        return PROGRESS_CHECK_INTERVAL if self.unit_timeout is not None or starting else None
 
     def _send_call(self, slot: _Slot, call: _Call) -> None:
         assert slot.handle is not None
@@ -691,6 +710,7 @@ class WorkerPool:
             self.restarts += 1
         slot.expected_death = False
         slot.handle = self._backend.start_worker(index, self._factories[index])
+        slot.started_at = time.monotonic()
 
     def _running_units(self, slot: _Slot) -> dict[int, int]:
         """:return: How many units each task request had running on the slot, as its progress board says."""
@@ -732,6 +752,27 @@ class WorkerPool:
                     if slot.handle is not None:
                         slot.handle.kill()
                     break
+
+    def _check_starts(self) -> None:
+        if self.start_timeout is None or self._broken is not None:
+            return
+        now = time.monotonic()
+        late = [
+            s for s in self._slots if s.handle is not None and not s.ready and now - s.started_at > self.start_timeout
+        ]
+        if late:
+            self._broken = self._not_ready_error(late)
+            self._fail_everything(self._broken)
+            for slot in late:  # frees what it holds (a Ray actor's CPU) now, not at close()
+                assert slot.handle is not None
+                slot.handle.kill()
+
+    def _not_ready_error(self, slots: list[_Slot]) -> WorkerDiedError:
+        indices = ", ".join(str(self._slots.index(slot)) for slot in slots)
+        return WorkerDiedError(
+            f"worker(s) {indices} not ready {self.start_timeout:g} s after being started (start_timeout): "
+            "building the app hangs, or (on Ray) no free resources for the actor"
+        )
 
     def _fail_everything(self, error: BaseException) -> None:
         for job in self._jobs:

@@ -125,6 +125,15 @@ class SquareApp(WorkerApp):
         return dropped
 
 
+class StuckWhileMarked(CountingApp):
+    """A counting app whose constructor hangs while a marker file exists (a worker that never becomes ready)."""
+
+    def __init__(self, marker: str) -> None:
+        while os.path.exists(marker):
+            time.sleep(0.05)
+        super().__init__()
+
+
 class BrokenApp(WorkerApp):
     """An app whose constructor fails."""
 
