@@ -9,6 +9,9 @@ from typing import Any, ClassVar
 
 from lit_sb3.workers.app import TaskError, WorkerApp
 
+#: Longest sleep of a worker waiting for its next unit to be due.
+WAIT_SLICE = 0.1
+
 
 class CountingApp(WorkerApp):
     """
@@ -68,7 +71,10 @@ class CountingApp(WorkerApp):
 
     def advance(self) -> list[tuple[int, Any]]:
         request_id, task = min(self._tasks.items(), key=lambda item: item[1]["due"])
-        time.sleep(max(0.0, task["due"] - time.monotonic()))
+        wait = task["due"] - time.monotonic()
+        time.sleep(max(0.0, min(wait, WAIT_SLICE)))
+        if wait > WAIT_SLICE:
+            return []  # not due yet: the worker loop answers its controls (close, cancel) meanwhile
         unit = task["todo"].pop(0) if task["todo"] is not None else task["next"]
         task["next"] = unit + 1
         self.mark_started(0, unit, request_id)
