@@ -283,6 +283,11 @@ def contrib_zoo(task: StudyTask, env: VecEnv, seed: int) -> BaseAlgorithm:
     return sb3_contrib.ARS("LinearPolicy", env, seed=seed, **RL_ZOO_ARS[task.task.name])
 
 
+def ours_zoo(task: StudyTask, env: VecEnv, seed: int) -> BaseAlgorithm:
+    """Our ARS at rl-zoo's ``ars.yml`` settings (as ``contrib-ars-zoo``)."""
+    return ARS("LinearPolicy", env, seed=seed, **RL_ZOO_ARS[task.task.name])
+
+
 def pgpe(task: StudyTask, env: VecEnv, seed: int) -> BaseAlgorithm:
     """PGPE + ClipUp at EvoTorch's recipe (``evotorch-pgpe``), on the same linear policy with bias."""
     return PGPE(
@@ -322,6 +327,7 @@ CONFIGS: dict[str, Config] = {
     "contrib-ars-lit": Config(contrib, resumable=False),
     "contrib-ars-own": Config(contrib, async_eval="sb3-contrib", resumable=False),
     "contrib-ars-zoo": Config(contrib_zoo, resumable=False),
+    "ars-zoo": Config(ours_zoo),
     "ars-contrib-merge": Config(contrib_merge),
     "ars-sample-std": Config(ours(return_std_ddof=1)),
     "ars-no-clip": Config(ours(), clip_obs=1e6),
@@ -874,6 +880,7 @@ LABELS = {
     "contrib-ars-lit": "sb3-contrib ARS + lit_sb3 AsyncEval",
     "contrib-ars-own": "sb3-contrib ARS + its AsyncEval",
     "contrib-ars-zoo": "sb3-contrib ARS, rl-zoo's ars.yml, + lit_sb3 AsyncEval",
+    "ars-zoo": "lit_sb3 ARS, rl-zoo's ars.yml",
     "ars-contrib-merge": "lit_sb3 ARS, sb3-contrib's merge",
     "ars-inertia-3": "lit_sb3 ARS, merged statistics weigh 3x",
     "ars-update-every-3": "lit_sb3 ARS, normalization_update_interval=3",
