@@ -3,7 +3,8 @@ async-gym-agents' own scripts run on lit_sb3 with only their imports changed and
 (:mod:`conformance.async_gym_agents`, :mod:`conformance.agym_runner`), each in a subprocess.
 
 They are in none of its sdists, so they come from its repository (a checkout, or GitHub): all three run with
-``-m conformance``. The default run checks the harness itself on a script of ours of the same shape.
+``-m conformance`` (``test.py`` and ``truncating.py`` train on LunarLander: ``pip install box2d``). The default run
+checks the harness itself on a script of ours of the same shape.
 """
 
 from __future__ import annotations
