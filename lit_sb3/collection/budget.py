@@ -53,8 +53,10 @@ class InFlightBudget:
             return None
         episodes_per_rollout = math.ceil(self.target_steps / (sum(self._lengths) / len(self._lengths)))
         if self.max_policy_lag is None:
-            return UNBOUNDED_ROLLOUTS_IN_FLIGHT * episodes_per_rollout
-        return max(self.n_workers, (self.max_policy_lag - 2) * episodes_per_rollout + 1)
+            wanted = UNBOUNDED_ROLLOUTS_IN_FLIGHT * episodes_per_rollout
+        else:
+            wanted = (self.max_policy_lag - 2) * episodes_per_rollout + 1
+        return max(self.n_workers, wanted)  # every worker may begin one
 
     def per_worker(self, worker_index: int) -> int | None:
         """

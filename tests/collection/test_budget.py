@@ -37,6 +37,13 @@ def test_the_total_keeps_episodes_within_the_lag_bound(
     assert max(worker_shares) - min(worker_shares) <= 1  # type: ignore[type-var,operator]
 
 
+@pytest.mark.parametrize("max_policy_lag", [None, 1, 4])
+def test_every_worker_may_begin_an_episode(max_policy_lag: int | None) -> None:
+    budget = InFlightBudget(max_policy_lag=max_policy_lag, target_steps=256, n_workers=7, n_envs=8)
+    budget.record(500)  # one episode a rollout: fewer episodes wanted in flight than there are workers
+    assert shares(budget) == [1] * 7
+
+
 def test_the_total_follows_the_recent_episode_lengths() -> None:
     budget = InFlightBudget(max_policy_lag=4, target_steps=256, n_workers=2, n_envs=8)
     for _ in range(30):
