@@ -183,7 +183,7 @@ class AsyncRLEngine(BaseEngine):
             threading.Thread(target=self._guarded, args=(name, loop), name=f"lit-sb3-engine-{name}", daemon=True)
             for name, loop in loops.items()
         ]
-        started, collected_before, trained_before = time.monotonic(), self.collected_steps, self.train_steps
+        started, steps_before, trained_before = time.monotonic(), self.num_timesteps, self.train_steps
         coordinator.start()
         try:
             for thread in threads:
@@ -209,7 +209,7 @@ class AsyncRLEngine(BaseEngine):
                     self._summarise(
                         "AsyncRLEngine",
                         time.monotonic() - started,
-                        self.collected_steps - collected_before,
+                        self.num_timesteps - steps_before,  # trained on: the rollouts kept for later are not
                         self.train_steps - trained_before,
                     )
             finally:

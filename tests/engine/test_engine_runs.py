@@ -48,7 +48,7 @@ def test_the_timing_summary_is_returned_printed_and_logged(tmp_path: Path, capsy
     assert threads["dataset"]["iterations"] <= threads["rollout"]["iterations"] <= threads["dataset"]["iterations"] + 1
     assert threads["weight_sync"]["iterations"] >= 1
     assert threads["evaluate"]["iterations"] == len(engine.evaluations) >= 1
-    assert summary["env_steps"] == engine.collected_steps >= 2000
+    assert engine.collected_steps >= summary["env_steps"] == engine.num_timesteps >= 2000  # trained on
     assert summary["env_steps_per_second"] == pytest.approx(summary["env_steps"] / summary["wall_seconds"])
     assert summary["train_steps_per_second"] == pytest.approx(summary["train_steps"] / summary["wall_seconds"])
     lag = summary["policy_lag"]
