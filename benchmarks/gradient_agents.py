@@ -229,9 +229,15 @@ def main() -> None:
             plain = ["SB3 SubprocVecEnv"] if case.name.startswith("PPO sleepy") else ["SB3 DummyVecEnv"]
             if case.name.startswith("PPO CartPole"):
                 plain.append("SB3 SubprocVecEnv")
-            on_policy = case.algorithm is PPO
+            # The reproducible mode refuses gSDE (its noise is drawn per batch, not per episode).
+            reproducible_applies = case.algorithm is PPO and not case.kwargs.get("use_sde", False)
             sleepy = case.name.startswith("PPO sleepy")
-            compared = [*ours, *(one_per_env if sleepy else []), *(reproducible if on_policy else []), *reference]
+            compared = [
+                *ours,
+                *(one_per_env if sleepy else []),
+                *(reproducible if reproducible_applies else []),
+                *reference,
+            ]
             if args.only is not None:
                 compared = [configuration for configuration in compared if configuration in args.only]
                 if not compared:
