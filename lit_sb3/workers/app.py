@@ -31,7 +31,7 @@ class TaskError(Exception):
 
 
 #: Hands a partial result of a task to the worker loop: ``(request_id, unit, value, resume_args)``.
-Emit = Callable[[int, int, Any, "tuple[Any, ...] | None"], None]
+Emit = Callable[[int, int, Any, tuple[Any, ...] | None], None]
 
 
 class WorkerApp(ABC):
