@@ -261,7 +261,7 @@ class EpisodeWorker(WorkerApp):
     def submit(
         self, request_id: int, method: str, args: tuple[Any, ...], delivered: frozenset[int] = frozenset()
     ) -> None:
-        (env_index,) = args
+        env_index, *resumed = args
         if env_index not in self._envs:
             env = self._envs[env_index] = self.env_fns[env_index]()
             if owns_env(self.env_fns[env_index]):  # the agent's own environment keeps its Monitor as it is
@@ -273,6 +273,7 @@ class EpisodeWorker(WorkerApp):
         running = EnvironmentRun(
             request_id, env_index, self._envs[env_index], max(delivered, default=-1) + 1, slot=free[0]
         )
+        self._restore(running, tuple(resumed))
         noise = self.spec.action_noise
         # Stable-Baselines3 vectorises the noise over its environments; a worker keeps one copy per environment.
         running.noise = copy.deepcopy(noise.base_noise if isinstance(noise, VectorizedActionNoise) else noise)
@@ -343,6 +344,15 @@ class EpisodeWorker(WorkerApp):
     def _complete(self, run: EnvironmentRun, packet: EpisodePacket) -> EpisodePacket:
         """:return: The packet of ``run``'s finished episode, as it is sent."""
         return packet
+
+    def _resume_args(self, run: EnvironmentRun) -> tuple[Any, ...] | None:
+        """:return: The arguments ``run``'s task resumes with after the episode just completed, should its worker
+        die (None: the environment's index and the episodes delivered say where it stopped)."""
+        return None
+
+    def _restore(self, run: EnvironmentRun, resumed: tuple[Any, ...]) -> None:
+        """Put a resumed task's ``run`` where its resume arguments after the environment's index (none for
+        free-running collection) say it stopped."""
 
     def _active(self) -> list[EnvironmentRun]:
         """:return: The environments with an episode under way (not waiting to begin one)."""
@@ -510,7 +520,8 @@ class EpisodeWorker(WorkerApp):
             last_version=self._version_for(run),
             seconds=time.monotonic() - run.started_at,
         )
-        self.emit(run.request_id, run.episode_index, self._complete(run, packet))
+        packet = self._complete(run, packet)
+        self.emit(run.request_id, run.episode_index, packet, self._resume_args(run))
         run.episode_index += 1
         if self._may_begin():
             self._begin(run)
