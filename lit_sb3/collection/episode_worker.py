@@ -26,6 +26,7 @@ from lit_sb3.collection.acting import (
 from lit_sb3.collection.envs import EnvCall, owns_env
 from lit_sb3.collection.episodes import ActingSpec, EpisodePacket, Progress, collection_seed
 from lit_sb3.collection.observations import Observations, as_tensor, select, stack
+from lit_sb3.collection.off_policy_acting import NumpyOffPolicyActor
 from lit_sb3.collection.stepping import EnvStepper, StepOutcome
 from lit_sb3.collection.weights import acting_module, load_flat_weights, read_board
 from lit_sb3.evaluation.monitor_history import bound_monitor_history
@@ -193,6 +194,7 @@ class EpisodeWorker(WorkerApp):
             if free_running_sde and isinstance(self.policy, ActorCriticPolicy)
             else None
         )
+        self._numpy_actor = None if spec.on_policy else NumpyOffPolicyActor.for_policy(self.policy)
 
     @property
     def slot_count(self) -> int:
@@ -219,6 +221,8 @@ class EpisodeWorker(WorkerApp):
                     self._numpy_acting.load(weights)
                 if self._numpy_sde is not None:
                     self._numpy_sde.load(weights)
+                if self._numpy_actor is not None:
+                    self._numpy_actor.load(weights)
                 self.version = version
                 self._resample_noise()
         return self.version
@@ -459,7 +463,10 @@ class EpisodeWorker(WorkerApp):
             for run in running:
                 run.random_steps += 1
         else:
-            actions, _ = self.policy.predict(observations, deterministic=False)
+            if self._numpy_actor is not None:  # off the interpreter lock's way, and off torch's global generator
+                actions = self._numpy_actor.predict(observations, [run.rng for run in running])  # type: ignore[arg-type]
+            else:
+                actions, _ = self.policy.predict(observations, deterministic=False)
             if spec.epsilon_greedy:
                 for index, run in enumerate(running):
                     if run.rng.random() < self.progress.exploration_rate:
