@@ -7,8 +7,10 @@ seconds (uniformly between half and one and a half times ``--interval``) until t
    statistics must be bit-identical to those of an undisturbed run with the same seed.
 2. ``PPO.learn`` of an injected agent (``get_injected_agent(PPO)``, CartPole-v1, 2 worker processes or actors):
    training must complete; the restarts, resumed, interrupted and dropped episodes are reported.
-3. ``AsyncRLEngine.run`` (PPO, CartPole-v1, 2 workers): the same.
-4. Each of the three with ``max_restarts=2`` and a kill every 0.3 s: the run must fail with
+3. ``PPO.learn`` of an injected agent in reproducible mode (``reproducible=True``, 3 CartPole-v1 on 2 worker
+   processes or actors): every parameter must be bit-identical to that of an undisturbed run with the same seed.
+4. ``AsyncRLEngine.run`` (PPO, CartPole-v1, 2 workers): training must complete, as in 2.
+5. Each of the four with ``max_restarts=2`` and a kill every 0.3 s: the run must fail with
    :class:`~lit_sb3.workers.WorkerDiedError` naming ``max_restarts`` within seconds of the fatal kill.
 
     python benchmarks/chaos.py --backends local   # a minute of training per case, about 8 minutes on 2 cores
@@ -311,6 +313,73 @@ def ppo_case(backend: ChaosBackend, seconds: float, interval: float, seed: int, 
     )
 
 
+def reproducible_ppo(backend: ChaosBackend, max_restarts: int, seed: int) -> Any:
+    """:return: An injected PPO in reproducible mode on worker processes (or Ray actors): 3 CartPole-v1 on 2
+    workers, so that the environments of a dead worker resume on its replacement and on the other worker."""
+    return get_injected_agent(PPO)(
+        "MlpPolicy",
+        IndexableMultiEnv([functools.partial(gym.make, "CartPole-v1") for _ in range(3)]),
+        use_mp=True,
+        backend="ray" if backend == "ray" else None,
+        n_workers=N_WORKERS,
+        max_restarts=max_restarts,
+        reproducible=True,
+        n_steps=96,
+        batch_size=96,
+        n_epochs=2,
+        seed=seed,
+    )
+
+
+def reproducible_ppo_run(
+    backend: ChaosBackend, budget: int, seed: int, killer: WorkerKiller | None
+) -> tuple[list[th.Tensor], dict[str, Any], float]:
+    """:return: A reproducible PPO's parameters after ``budget`` steps (under ``killer``'s fire, if given), its
+    profiler's worker section and the seconds ``learn`` took."""
+    model = reproducible_ppo(backend, GENEROUS_RESTARTS, seed)
+    try:
+        started = time.monotonic()
+        if killer is None:
+            model.learn(budget)
+        else:
+            killer.pool_of = lambda: model._collector.pool if model._collector is not None else None
+            with killer.running():
+                model.learn(budget)
+        seconds = time.monotonic() - started
+        worker = model.get_profiler_report()["worker"]
+    finally:
+        model.shutdown()
+    return list(model.policy.parameters()), worker, seconds
+
+
+def reproducible_ppo_case(
+    backend: ChaosBackend, seconds: float, interval: float, seed: int, budget: int | None = None
+) -> Outcome:
+    """A reproducible PPO under fire ends with the parameters of an undisturbed run (of ``budget`` steps, by default
+    as many as an undisturbed run does in ``seconds`` after its workers started)."""
+    if budget is None:
+        warm_up = reproducible_ppo_run(backend, 96, seed, None)[2]  # mostly the workers' start
+        longer = reproducible_ppo_run(backend, 96 * 11, seed, None)[2]
+        budget = max(96 * 20, int(96 * 10 / max(longer - warm_up, 0.1) * seconds) // 96 * 96)
+    expected, _, _ = reproducible_ppo_run(backend, budget, seed, None)
+    killer = WorkerKiller(lambda: None, interval, seed)
+    got, worker, elapsed = reproducible_ppo_run(backend, budget, seed, killer)
+    identical = all(th.equal(a, b) for a, b in zip(expected, got, strict=True))
+    return Outcome(
+        "PPO.learn, injected agent, reproducible=True",
+        backend,
+        len(killer.kills),
+        elapsed,
+        worker["restarts"],
+        worker["episodes_resumed"],
+        worker["episodes_interrupted"],
+        None,
+        f"{budget:,} steps, parameters " + ("bit-identical" if identical else "DIFFER"),
+        identical and counted_every_kill(worker["restarts"], killer),
+        killer.kills,
+    )
+
+
 def ppo_engine(backend: ChaosBackend, max_restarts: int, total_env_steps: int, seed: int) -> AsyncRLEngine:
     """:return: An async engine training PPO on CartPole-v1 collected by worker processes (or Ray actors)."""
     group = EnvGroup(
@@ -374,11 +443,11 @@ def exhausted_case(kind: str, backend: ChaosBackend, seed: int) -> Outcome:
         killer.pool_of = lambda: async_eval._pool
         run, cleanup = functools.partial(model.learn, 10**9, async_eval=async_eval), async_eval.close
         case = "ARS.learn on AsyncEval"
-    elif kind == "ppo":
-        agent = injected_ppo(backend, TIGHT_RESTARTS, seed)
+    elif kind in ("ppo", "reproducible"):
+        agent = (injected_ppo if kind == "ppo" else reproducible_ppo)(backend, TIGHT_RESTARTS, seed)
         killer.pool_of = lambda: agent._collector.pool if agent._collector is not None else None
         run, cleanup = functools.partial(agent.learn, 10**9), agent.shutdown
-        case = "PPO.learn, injected agent"
+        case = "PPO.learn, injected agent" + (", reproducible=True" if kind == "reproducible" else "")
     else:
         engine = ppo_engine(backend, TIGHT_RESTARTS, 10**9, seed)
         killer.pool_of = functools.partial(engine_pool, engine)
@@ -437,10 +506,10 @@ def run_cases(backends: list[ChaosBackend], seconds: float, interval: float, see
 
             ray.init(address="local", num_cpus=N_WORKERS, include_dashboard=False, log_to_driver=False)
         try:
-            for survive in (ars_case, ppo_case, engine_case):
+            for survive in (ars_case, ppo_case, reproducible_ppo_case, engine_case):
                 outcomes.append(survive(backend, seconds, interval, seed))
                 print(_line(outcomes[-1]), flush=True)
-            for kind in ("ars", "ppo", "engine"):
+            for kind in ("ars", "ppo", "reproducible", "engine"):
                 outcomes.append(exhausted_case(kind, backend, seed))
                 print(_line(outcomes[-1]), flush=True)
         finally:

@@ -161,6 +161,11 @@ class _AsyncAgent:
             raise ValueError("reproducible=True is for on-policy algorithms (rollouts one weight version behind)")
         if self.seed is None:
             raise ValueError("reproducible=True needs a seed: two runs are identical for the same seed")
+        if self.queue_put_timeout is not None:
+            raise ValueError(
+                "reproducible=True needs every episode: queue_put_timeout must be None (an episode dropped for want "
+                f"of buffer room would leave its rollout incomplete), got {self.queue_put_timeout}"
+            )
         if isinstance(self.env, VecNormalize):
             raise ValueError("reproducible=True does not support VecNormalize yet (its statistics follow timing)")
         if getattr(self, "use_sde", False):

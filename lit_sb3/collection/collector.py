@@ -130,8 +130,6 @@ class AsyncCollector:
             [(index,) for index in range(n_envs)],
             labels=[f"env {index}" for index in range(n_envs)],
             capacities=[max_envs] * n_workers,
-            # A lockstep environment cannot resume elsewhere: its rollout bookkeeping lived in the dead worker.
-            retry="resume" if spec.lockstep_steps is None else "fail",
         )
         self.started_at = time.monotonic()
         self.version = initial_version  # of the trainer's weights, as last told
@@ -179,14 +177,16 @@ class AsyncCollector:
         for future in self._publications:
             if future.done() and future.exception() is not None:
                 raise future.exception()  # type: ignore[misc]
-        if self.lockstep:  # every version reaches the workers: wait until they all read the previous one
+        if self.lockstep:  # every version reaches the workers: wait until they all heard of the previous one
             for future in self._publications:
                 future.result()
         read_by_all = all(future.done() for future in self._publications)
         if version > self.board.version and read_by_all:
             handle = self.board.write(version, weights())
+            # A lockstep worker also hears of the version before, which a resumed environment may need.
+            previous = (self.board.previous,) if self.lockstep else ()
             self._publications = [
-                self.pool.call(worker, "sync", version, handle, progress, sticky=True)
+                self.pool.call(worker, "sync", version, handle, progress, *previous, sticky=True)
                 for worker in range(self.pool.n_workers)
             ]
         elif progress != self._progress:

@@ -26,6 +26,7 @@ from lit_sb3.collection.acting import (
 from lit_sb3.collection.envs import EnvCall, owns_env
 from lit_sb3.collection.episodes import ActingSpec, EpisodePacket, Progress, collection_seed
 from lit_sb3.collection.observations import Observations, as_tensor, select, stack
+from lit_sb3.collection.off_policy_acting import NumpyOffPolicyActor
 from lit_sb3.collection.stepping import EnvStepper, StepOutcome
 from lit_sb3.collection.weights import acting_module, load_flat_weights, read_board
 from lit_sb3.evaluation.monitor_history import bound_monitor_history
@@ -193,6 +194,7 @@ class EpisodeWorker(WorkerApp):
             if free_running_sde and isinstance(self.policy, ActorCriticPolicy)
             else None
         )
+        self._numpy_actor = None if spec.on_policy else NumpyOffPolicyActor.for_policy(self.policy)
 
     @property
     def slot_count(self) -> int:
@@ -219,6 +221,8 @@ class EpisodeWorker(WorkerApp):
                     self._numpy_acting.load(weights)
                 if self._numpy_sde is not None:
                     self._numpy_sde.load(weights)
+                if self._numpy_actor is not None:
+                    self._numpy_actor.load(weights)
                 self.version = version
                 self._resample_noise()
         return self.version
@@ -261,7 +265,7 @@ class EpisodeWorker(WorkerApp):
     def submit(
         self, request_id: int, method: str, args: tuple[Any, ...], delivered: frozenset[int] = frozenset()
     ) -> None:
-        (env_index,) = args
+        env_index, *resumed = args
         if env_index not in self._envs:
             env = self._envs[env_index] = self.env_fns[env_index]()
             if owns_env(self.env_fns[env_index]):  # the agent's own environment keeps its Monitor as it is
@@ -273,6 +277,7 @@ class EpisodeWorker(WorkerApp):
         running = EnvironmentRun(
             request_id, env_index, self._envs[env_index], max(delivered, default=-1) + 1, slot=free[0]
         )
+        self._restore(running, tuple(resumed))
         noise = self.spec.action_noise
         # Stable-Baselines3 vectorises the noise over its environments; a worker keeps one copy per environment.
         running.noise = copy.deepcopy(noise.base_noise if isinstance(noise, VectorizedActionNoise) else noise)
@@ -343,6 +348,15 @@ class EpisodeWorker(WorkerApp):
     def _complete(self, run: EnvironmentRun, packet: EpisodePacket) -> EpisodePacket:
         """:return: The packet of ``run``'s finished episode, as it is sent."""
         return packet
+
+    def _resume_args(self, run: EnvironmentRun) -> tuple[Any, ...] | None:
+        """:return: The arguments ``run``'s task resumes with after the episode just completed, should its worker
+        die (None: the environment's index and the episodes delivered say where it stopped)."""
+        return None
+
+    def _restore(self, run: EnvironmentRun, resumed: tuple[Any, ...]) -> None:
+        """Put a resumed task's ``run`` where its resume arguments after the environment's index (none for
+        free-running collection) say it stopped."""
 
     def _active(self) -> list[EnvironmentRun]:
         """:return: The environments with an episode under way (not waiting to begin one)."""
@@ -449,7 +463,10 @@ class EpisodeWorker(WorkerApp):
             for run in running:
                 run.random_steps += 1
         else:
-            actions, _ = self.policy.predict(observations, deterministic=False)
+            if self._numpy_actor is not None:  # off the interpreter lock's way, and off torch's global generator
+                actions = self._numpy_actor.predict(observations, [run.rng for run in running])  # type: ignore[arg-type]
+            else:
+                actions, _ = self.policy.predict(observations, deterministic=False)
             if spec.epsilon_greedy:
                 for index, run in enumerate(running):
                     if run.rng.random() < self.progress.exploration_rate:
@@ -510,7 +527,8 @@ class EpisodeWorker(WorkerApp):
             last_version=self._version_for(run),
             seconds=time.monotonic() - run.started_at,
         )
-        self.emit(run.request_id, run.episode_index, self._complete(run, packet))
+        packet = self._complete(run, packet)
+        self.emit(run.request_id, run.episode_index, packet, self._resume_args(run))
         run.episode_index += 1
         if self._may_begin():
             self._begin(run)

@@ -3,10 +3,20 @@
 Environment ``i``'s episodes are split into rollouts by its own steps: an episode belongs to rollout ``r`` until the
 environment has ``n_steps`` steps in it, and rollout ``r`` is acted by weight version ``v0 + max(r - 1, 0)``, where
 ``v0`` is the version collection started with (the trainer trains on rollout ``r - 1`` while rollout ``r`` is
-collected, as Cleanba does). A worker keeps the versions its
-environments need, acts for each environment alone (batch composition never changes a result) and samples its
-actions from a generator seeded by the episode. What a rollout holds, the weights that acted and every random draw
-depend on the seed only, never on timing, workers or backend.
+collected, as Cleanba does). A worker keeps the versions its environments need, acts for each environment alone
+(batch composition never changes a result) and samples its actions from a generator seeded by the episode. What a
+rollout holds, the weights that acted and every random draw depend on the seed only, never on timing, workers or
+backend.
+
+A worker's death changes nothing either. An episode is a function of its environment's index, its episode index
+(they seed its reset and its actions) and its rollout (which names the weights), so what an environment needs to
+go on is where it stands after its last delivered episode: the next episode's index (the pool knows which were
+delivered), the rollout and the environment's steps in it. Each episode goes out with these as its task's resume
+arguments; the pool resumes the task of a dead worker from them, on the replacement or another worker, which runs
+the episodes not delivered, identical to those the dead worker would have run. The weights they need are never
+lost: the trainer writes version ``v + 2`` over the publication of ``v`` only once it trained on the rollout ``v``
+acts, so a version an unfinished rollout needs is the initial one (which every worker has), one of the board's two
+publications (every worker is told of both) or one still to come.
 """
 
 from __future__ import annotations
@@ -42,7 +52,12 @@ def required_version(rollout_index: int, initial_version: int) -> int:
 
 
 class LockstepEpisodeWorker(EpisodeWorker):
-    """An :class:`~lit_sb3.collection.episode_worker.EpisodeWorker` for reproducible on-policy collection."""
+    """
+    An :class:`~lit_sb3.collection.episode_worker.EpisodeWorker` for reproducible on-policy collection. Task
+    ``collect(env_index, rollout=0, rollout_steps=0)`` starts environment ``env_index`` in that rollout with that
+    many of its steps in it (a task resumed after its worker died). Each weight version is loaded when an
+    environment first needs it, from the publications ``sync`` told of.
+    """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -57,22 +72,27 @@ class LockstepEpisodeWorker(EpisodeWorker):
         self._template = copy.deepcopy(self.policy)
         self.initial_version = self.version
         self._policies: dict[int, BasePolicy] = {self.version: self.policy}
+        self._publications: dict[int, ArrayHandle] = {}
 
-    def sync(self, version: int | None, weights_handle: ArrayHandle | None, progress: Progress) -> int:
+    def sync(
+        self,
+        version: int | None,
+        weights_handle: ArrayHandle | None,
+        progress: Progress,
+        previous: tuple[int, ArrayHandle] | None = None,
+    ) -> int:
+        """
+        :param version: Version of newly published weights, or None.
+        :param weights_handle: Where they were published.
+        :param progress: The trainer's progress.
+        :param previous: The version published before and where (the board holds both), or None.
+        :return: The newest version the worker was told of.
+        """
         self.progress = progress
-        if version is not None and weights_handle is not None and version not in self._policies:
-            weights = read_board(self._arrays.get(weights_handle), version)
-            if weights is None:  # the trainer waits for every worker before it writes the next version
-                raise RuntimeError(f"weight version {version} was overwritten before this worker read it")
-            policy = copy.deepcopy(self._template)
-            load_flat_weights(policy, weights)
-            self._policies[version] = policy
-            self.version = max(self._policies)
-            needed = min(
-                (required_version(run.rollout, self.initial_version) for run in self._running), default=self.version
-            )
-            for old in [old for old in self._policies if old < needed]:
-                del self._policies[old]
+        if version is not None and weights_handle is not None:
+            self._publications = dict([previous] if previous is not None else [])
+            self._publications[version] = weights_handle
+            self.version = max(self.version, version)
         return self.version
 
     def _policy_for(self, run: EnvironmentRun) -> BasePolicy:
@@ -80,6 +100,24 @@ class LockstepEpisodeWorker(EpisodeWorker):
 
     def _version_for(self, run: EnvironmentRun) -> int:
         return required_version(run.rollout, self.initial_version)
+
+    def _loaded_policy(self, version: int) -> BasePolicy | None:
+        """:return: The policy of weight version ``version``, loaded on first use (None until it is published);
+        the versions no environment needs any more are let go."""
+        if version in self._policies:
+            return self._policies[version]
+        if version != self.initial_version and version not in self._publications:
+            return None
+        policy = copy.deepcopy(self._template)  # the initial version's weights
+        if version != self.initial_version:
+            weights = read_board(self._arrays.get(self._publications[version]), version)
+            if weights is None:  # see the module's docstring: a version is rewritten only once no rollout needs it
+                raise RuntimeError(f"weight version {version} was overwritten before this worker read it")
+            load_flat_weights(policy, weights)
+        needed = {self._version_for(run) for run in self._running}
+        self._policies = {kept: old for kept, old in self._policies.items() if kept in needed}
+        self._policies[version] = policy
+        return policy
 
     def _reset(self, run: EnvironmentRun) -> None:
         super()._reset(run)
@@ -93,10 +131,17 @@ class LockstepEpisodeWorker(EpisodeWorker):
             run.rollout, run.rollout_steps = run.rollout + 1, 0
         return packet
 
+    def _resume_args(self, run: EnvironmentRun) -> tuple[Any, ...]:
+        return run.env_index, run.rollout, run.rollout_steps
+
+    def _restore(self, run: EnvironmentRun, resumed: tuple[Any, ...]) -> None:
+        if resumed:
+            run.rollout, run.rollout_steps = resumed
+
     def _step(self) -> bool:
         stepped = ended = False
         for run in list(self._running):
-            policy = self._policies.get(required_version(run.rollout, self.initial_version))
+            policy = self._loaded_policy(self._version_for(run))
             if policy is None:
                 continue  # its rollout waits for the weights one version behind the trainer
             stepped = True

@@ -4,6 +4,7 @@ version it holds, so a worker never reads one while it is being written."""
 from __future__ import annotations
 
 import time
+from collections import deque
 
 import numpy as np
 import torch as th
@@ -60,10 +61,16 @@ class WeightBoard:
     ) -> None:
         self._publishers = publishers
         self._next = 0
+        self._held: deque[tuple[int, ArrayHandle]] = deque(maxlen=len(publishers))  # (version, handle), oldest first
         self.min_interval = min_interval
         self.version = initial_version
         self.published_at = -np.inf
         self.publications = 0
+
+    @property
+    def previous(self) -> tuple[int, ArrayHandle] | None:
+        """``(version, handle)`` of the publication before the last one, which the board still holds, or None."""
+        return self._held[0] if len(self._held) == self._held.maxlen else None
 
     def due(self) -> bool:
         """:return: Whether :attr:`min_interval` has passed since the last publication."""
@@ -78,6 +85,7 @@ class WeightBoard:
         :return: The handle a worker reads them with (see :func:`read_board`).
         """
         handle = self._publishers[self._next].publish(np.concatenate([[float(version)], weights]))
+        self._held.append((version, handle))
         self._next = 1 - self._next
         self.version = version
         self.published_at = time.monotonic()

@@ -124,18 +124,15 @@ class AsyncRLEngine(BaseEngine):
 
     def sync_weights(self) -> None:
         """Publish each new version of the weights to the collection workers (retrying while they read the last)."""
-        clock, coordinator = self._clock("weight_sync"), self.coordinator
-        published = self.synced_version  # not train_steps: a train step may end before this thread starts
+        clock, coordinator, board = self._clock("weight_sync"), self.coordinator, self.collector.board
         while coordinator.is_running():
-            behind = published < self.policy_group.latest.version
+            behind = board.version < self.policy_group.latest.version
             with clock.idle():
                 coordinator.wait_for_sync_weights(WAIT_SLICE if behind else None)
-            version = self.policy_group.latest.version
-            if published < version and coordinator.is_running():
+            if board.version < self.policy_group.latest.version and coordinator.is_running():
                 with clock.busy():
                     sent = self._publish()
                 if sent:
-                    published = version
                     coordinator.notify_weight_update_step_done()
 
     def evaluate(self) -> None:

@@ -10,7 +10,7 @@ import torch as th
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv
 
-from lit_sb3.checks import check_non_negative_int, check_scale
+from lit_sb3.checks import check_non_negative_int, check_positive_number, check_scale
 from lit_sb3.population.base import PopulationAlgorithm, check_population_size
 
 with warnings.catch_warnings():
@@ -97,8 +97,9 @@ class CMAES(PopulationAlgorithm):
         if pop_size is not None:
             check_population_size(pop_size)
         check_non_negative_int("restarts", restarts)
-        if not incpopsize >= 1.0:
-            raise ValueError(f"incpopsize must be >= 1, got {incpopsize}")
+        check_positive_number("incpopsize", incpopsize)
+        if not (np.isfinite(incpopsize) and incpopsize >= 1.0):
+            raise ValueError(f"incpopsize must be finite and >= 1, got {incpopsize}")
         for option, argument in RESERVED_OPTIONS.items():
             if option in (cma_options or {}):
                 raise ValueError(f"cma_options must not set {option!r}: use the {argument} argument")

@@ -30,8 +30,8 @@ class TaskError(Exception):
         self.unit_index = unit_index
 
 
-#: Hands a partial result of a task to the worker loop: ``(request_id, unit, value)``.
-Emit = Callable[[int, int, Any], None]
+#: Hands a partial result of a task to the worker loop: ``(request_id, unit, value, resume_args)``.
+Emit = Callable[[int, int, Any, tuple[Any, ...] | None], None]
 
 
 class WorkerApp(ABC):
@@ -73,7 +73,8 @@ class WorkerApp(ABC):
         :param method: One of ``task_methods``.
         :param args: Arguments of the task.
         :param delivered: For a streaming task resumed after its worker died: the units whose partial results were
-            delivered already (skip them).
+            delivered already (skip them). ``args`` are then the ``resume_args`` of the last of them, if it had any
+            (see :meth:`emit`).
         """
 
     @property
@@ -116,17 +117,20 @@ class WorkerApp(ABC):
         """
         self._emit = emit
 
-    def emit(self, request_id: int, unit: int, value: Any) -> None:
+    def emit(self, request_id: int, unit: int, value: Any, resume_args: tuple[Any, ...] | None = None) -> None:
         """
         Hand back a partial result of a streaming task (during :meth:`advance`).
 
         :param request_id: The task.
         :param unit: What the result belongs to (an episode...): a resumed task is told which units were delivered.
         :param value: The partial result.
+        :param resume_args: The task's arguments from the next unit on, for a task whose state is more than the
+            units it delivered: resumed after its worker died, it is submitted with those of its last delivered
+            result. None keeps the arguments it has (at first, its own).
         """
         if self._emit is None:
             raise RuntimeError(f"{type(self).__name__}.emit() needs a worker loop: no emitter is attached")
-        self._emit(request_id, unit, value)
+        self._emit(request_id, unit, value, resume_args)
 
     def attach_progress(self, handle: ArrayHandle) -> None:
         """

@@ -49,6 +49,8 @@ class Reply:
     :param unit: For a partial result, the unit (episode...) it belongs to; None for the final reply.
     :param dropped: A partial result the worker discarded because no credit came within its put timeout.
     :param wait_seconds: How long the partial result waited for credit in the worker.
+    :param resume_args: For a partial result: the task's arguments should it resume after this unit (see
+        :meth:`~lit_sb3.workers.app.WorkerApp.emit`), or None.
     """
 
     request_id: int
@@ -58,6 +60,7 @@ class Reply:
     unit: int | None = None
     dropped: bool = False
     wait_seconds: float = 0.0
+    resume_args: tuple[Any, ...] | None = None
 
     @property
     def final(self) -> bool:

@@ -42,7 +42,7 @@ PROGRESS_CHECK_INTERVAL = 0.1
 DEFAULT_START_TIMEOUT = 300.0
 
 #: What happens to a task whose worker died: run it again from scratch, resume it on another worker (a stream: the
-#: units already delivered are skipped), or fail its job.
+#: units already delivered are skipped, and the task gets the resume arguments of the last of them), or fail its job.
 RetryPolicy = Literal["rerun", "resume", "fail"]
 RETRY_POLICIES: tuple[RetryPolicy, ...] = ("rerun", "resume", "fail")
 
@@ -89,12 +89,19 @@ class _Job:
     pending: deque[int] = field(default_factory=deque)
     remaining: int = 0
     delivered: list[set[int]] = field(default_factory=list)
+    resume_args: list[tuple[Any, ...] | None] = field(default_factory=list)  # of each task's last delivered unit
 
     def __post_init__(self) -> None:
         self.results = [None] * len(self.payloads)
         self.pending = deque(range(len(self.payloads)))
         self.remaining = len(self.payloads)
         self.delivered = [set() for _ in self.payloads]
+        self.resume_args = [None] * len(self.payloads)
+
+    def forget_delivered(self, payload_index: int) -> None:
+        """A task that runs again from scratch: it delivers everything again, from its own arguments."""
+        self.delivered[payload_index].clear()
+        self.resume_args[payload_index] = None
 
     @property
     def finished(self) -> bool:
@@ -135,9 +142,12 @@ class _Task:
         return self.job.labels[self.payload_index]
 
     def request(self, request_id: int) -> Request:
-        """:return: The request that carries the task to its worker (told which units were delivered already)."""
+        """:return: The request that carries the task to its worker (told which units were delivered already, with
+        the resume arguments of the last of them, if any)."""
         delivered = frozenset(self.job.delivered[self.payload_index])
-        return Request(request_id, self.job.method, self.job.payloads[self.payload_index], True, delivered)
+        resume_args = self.job.resume_args[self.payload_index]
+        args = self.job.payloads[self.payload_index] if resume_args is None else cloudpickle.dumps(resume_args)
+        return Request(request_id, self.job.method, args, True, delivered)
 
 
 @dataclass
@@ -357,7 +367,8 @@ class WorkerPool:
         :param labels: What each task covers, for error messages.
         :param capacities: For each worker, how many of the job's tasks it runs at once.
         :param retry: What happens to a task whose worker died; by default it resumes on another worker, told which
-            units were delivered (nothing is delivered twice).
+            units were delivered (nothing is delivered twice) and given the resume arguments of the last of them
+            (see :meth:`~lit_sb3.workers.app.WorkerApp.emit`).
         :return: The stream; its ``result`` is the future of the final replies, in payload order.
         """
 
@@ -631,6 +642,8 @@ class WorkerPool:
             self._add_free_credit(1)
             return
         job.delivered[task.payload_index].add(reply.unit)
+        if reply.resume_args is not None:
+            job.resume_args[task.payload_index] = reply.resume_args
         if reply.dropped:
             job.stream.note_dropped(reply.wait_seconds)
         else:
@@ -692,7 +705,7 @@ class WorkerPool:
                 self._fail_job(job, WorkerDiedError(f"{message}; the job's retry policy is 'fail'"))
                 continue
             if job.retry == "rerun":
-                job.delivered[task.payload_index].clear()
+                job.forget_delivered(task.payload_index)
             elif job.stream is not None:
                 job.stream.note_resumed(running_units.get(request_id, 0))
             job.pending.appendleft(task.payload_index)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 import time
 from collections import deque
@@ -182,8 +183,8 @@ class _WorkerLoop:
         for request_id, result in finished:
             self._reply(Reply(request_id, value=result))
 
-    def _emit(self, request_id: int, unit: int, value: Any) -> None:
-        self.outbox.append((Reply(request_id, value=value, unit=unit), time.monotonic()))
+    def _emit(self, request_id: int, unit: int, value: Any, resume_args: tuple[Any, ...] | None) -> None:
+        self.outbox.append((Reply(request_id, value=value, unit=unit, resume_args=resume_args), time.monotonic()))
 
     def _reply(self, reply: Reply) -> None:
         if self.outbox:  # a task's final reply never overtakes its partial results
@@ -201,10 +202,11 @@ class _WorkerLoop:
                 if not reply.final and self.credit is not None:
                     self.credit -= 1
                 self.outbox.popleft()
-                self.channel.send(_waited(reply, waited) if not reply.final else reply)
+                self.channel.send(dataclasses.replace(reply, wait_seconds=waited) if not reply.final else reply)
             elif self.put_timeout is not None and waited >= self.put_timeout:
                 self.outbox.popleft()
-                self.channel.send(Reply(reply.request_id, unit=reply.unit, dropped=True, wait_seconds=waited))
+                # A dropped unit counts as delivered: its resume arguments travel without it.
+                self.channel.send(dataclasses.replace(reply, value=None, dropped=True, wait_seconds=waited))
                 if reply.unit is not None:
                     self.app.dropped(reply.request_id, reply.unit)
             else:
@@ -215,10 +217,6 @@ class _WorkerLoop:
             return CREDIT_POLL_INTERVAL
         waited = time.monotonic() - self.outbox[0][1]
         return min(CREDIT_POLL_INTERVAL, max(0.0, self.put_timeout - waited))
-
-
-def _waited(reply: Reply, seconds: float) -> Reply:
-    return Reply(reply.request_id, value=reply.value, unit=reply.unit, wait_seconds=seconds)
 
 
 def _arguments(request: Request) -> tuple[Any, ...]:

@@ -245,6 +245,10 @@ def test_reproducible_mode_gives_identical_weights_whatever_the_workers_and_timi
 def test_reproducible_mode_refuses_what_it_cannot_reproduce() -> None:
     with pytest.raises(ValueError, match="reproducible=True needs a seed"):
         get_injected_agent(PPO)("MlpPolicy", multi_env("CartPole-v1", 1), reproducible=True)
+    with pytest.raises(ValueError, match="reproducible=True needs every episode: queue_put_timeout must be None"):
+        get_injected_agent(PPO)(
+            "MlpPolicy", multi_env("CartPole-v1", 1), reproducible=True, seed=0, queue_put_timeout=0
+        )
     with pytest.raises(ValueError, match="reproducible=True is for on-policy algorithms"):
         get_injected_agent(SAC)("MlpPolicy", multi_env("Pendulum-v1", 1), reproducible=True, seed=0)
 

@@ -31,7 +31,7 @@ def test_a_task_keeps_its_slot_when_another_is_cancelled_and_a_freed_slot_is_reu
     env_fns = [partial(gym.make, "CartPole-v1")] * 3
     worker = BoardRecorder(env_fns, model.policy, plan.acting, max_envs=3, progress=plan.progress(0))
     episodes: list[tuple[int, int]] = []
-    worker.attach_emitter(lambda request_id, unit, _episode: episodes.append((request_id, unit)))
+    worker.attach_emitter(lambda request_id, unit, _episode, _resume_args: episodes.append((request_id, unit)))
     try:
         for request_id in range(3):
             worker.submit(request_id, "collect", (request_id,))

@@ -68,7 +68,8 @@ def test_unsupported_spaces(algorithm, observation_space, action_space, message)
         (CMAES, {"pop_size": 1}, "pop_size must be an int >= 2, got 1"),
         (CMAES, {"sigma0": -1.0}, "sigma0 must be finite and > 0, got -1.0"),
         (CMAES, {"restarts": -1}, "restarts must be a non-negative int"),
-        (CMAES, {"incpopsize": 0.5}, "incpopsize must be >= 1"),
+        (CMAES, {"incpopsize": 0.5}, "incpopsize must be finite and >= 1, got 0.5"),
+        (CMAES, {"incpopsize": float("inf")}, "incpopsize must be finite and >= 1, got inf"),
         (CMAES, {"cma_options": {"popsize": 4}}, "cma_options must not set 'popsize': use the pop_size argument"),
         (CMAES, {"cma_options": {"seed": 4}}, "cma_options must not set 'seed': use the seed argument"),
         (CEM, {"n_eval_episodes": 0}, "n_eval_episodes must be at least 1"),
@@ -130,6 +131,8 @@ def test_populations_sizes_as_numpy_ints_and_bad_types():
         make_model(PGPE, num_interactions=1e5)
     with pytest.raises(TypeError, match="restarts must be an int"):
         make_model(CMAES, restarts=True)
+    with pytest.raises(TypeError, match="incpopsize must be a number"):
+        make_model(CMAES, incpopsize="2")
 
 
 def test_bad_async_eval():

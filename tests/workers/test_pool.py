@@ -259,6 +259,19 @@ def test_a_stream_resumes_after_its_worker_dies_mid_stream(pool: WorkerPool) -> 
     assert stream.counts.interrupted <= 1  # at most the unit on the dead worker's one slot
 
 
+def test_a_resumed_stream_starts_from_the_resume_arguments_of_its_last_delivered_unit(pool: WorkerPool) -> None:
+    payloads = [(30, 0.02, 0), (30, 0.02, 1000)]
+    stream = pool.stream_tasks("running_sum", payloads, labels=["from 0", "from 1000"], capacities=[1, 1])
+    items = take(stream, 10)
+    kill_worker(pool, items[-1].worker_index)
+    items += list(stream)
+    assert stream.counts.resumed == 1
+    for task, start in enumerate((0, 1000)):
+        values = sorted(item.value for item in items if item.task_index == task)
+        # Without its resume arguments, the resumed task would count its total from its start again.
+        assert values == [(unit, start + unit * (unit + 1) // 2) for unit in range(30)]
+
+
 def test_rerun_and_fail_policies(backend_name: str) -> None:
     pool = counting_pool(backend_name, n_workers=1, max_restarts=2)
     try:

@@ -17,14 +17,16 @@ class CountingApp(WorkerApp):
     """
     Task ``count(n, unit_seconds, fail_at)`` emits units ``0..n-1`` (skipping delivered ones) one every
     ``unit_seconds``, each as ``(unit, tag)`` with the current ``tag``, and ends with the list of units it emitted.
-    ``fail_at`` makes the task raise on that unit. Task ``forever(unit_seconds)`` emits units until cancelled.
+    ``fail_at`` makes the task raise on that unit. Task ``forever(unit_seconds)`` emits units until cancelled. Task
+    ``running_sum(n, unit_seconds, total)`` emits units ``0..n-1`` each as ``(unit, total + 0 + 1 + ... + unit)``;
+    its state is more than its units: it resumes from the total its resume arguments carry.
 
     :param worker_index: Index of the worker (returned by ``whoami``).
     """
 
     immediate_methods: ClassVar[frozenset[str]] = frozenset({"whoami", "set_tag"})
     control_methods: ClassVar[frozenset[str]] = frozenset({"whoami", "set_tag", "finished_tasks"})
-    task_methods: ClassVar[frozenset[str]] = frozenset({"count", "forever"})
+    task_methods: ClassVar[frozenset[str]] = frozenset({"count", "forever", "running_sum"})
 
     def __init__(self, worker_index: int = 0) -> None:
         super().__init__()
@@ -48,13 +50,17 @@ class CountingApp(WorkerApp):
     def submit(
         self, request_id: int, method: str, args: tuple[Any, ...], delivered: frozenset[int] = frozenset()
     ) -> None:
+        total = None
+        fail_at = None
         if method == "count":
             n, unit_seconds, fail_at = args
+            todo = [unit for unit in range(n) if unit not in delivered]
+        elif method == "running_sum":
+            n, unit_seconds, total = args
             todo = [unit for unit in range(n) if unit not in delivered]
         else:
             (unit_seconds,) = args
             todo = None
-            fail_at = None
         start = max(delivered, default=-1) + 1 if todo is None else 0
         self._tasks[request_id] = {
             "todo": todo,
@@ -63,6 +69,8 @@ class CountingApp(WorkerApp):
             "fail_at": fail_at,
             "emitted": [],
             "due": time.monotonic() + unit_seconds,
+            "n": len(todo) + len(delivered) if todo is not None else None,
+            "total": total,
         }
 
     @property
@@ -84,7 +92,11 @@ class CountingApp(WorkerApp):
             except ValueError as exc:
                 raise TaskError(request_id, unit) from exc
         self.mark_idle(0)
-        self.emit(request_id, unit, (unit, self.tag))
+        if task["total"] is None:
+            self.emit(request_id, unit, (unit, self.tag))
+        else:
+            task["total"] += unit
+            self.emit(request_id, unit, (unit, task["total"]), (task["n"], task["unit_seconds"], task["total"]))
         task["emitted"].append(unit)
         task["due"] = time.monotonic() + task["unit_seconds"]
         if task["todo"] is not None and not task["todo"]:
