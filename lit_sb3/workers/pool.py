@@ -455,7 +455,7 @@ class WorkerPool:
             else:
                 remaining = self._slots[0].started_at + self.start_timeout - time.monotonic()
                 if remaining <= 0:
-                    raise self._not_ready_error([slot for slot in self._slots if not slot.ready])
+                    raise self._not_ready_error([i for i, slot in enumerate(self._slots) if not slot.ready])
             readable, dead = self._backend.wait(waiting, remaining)
             for handle in readable:
                 try:
@@ -771,20 +771,22 @@ class WorkerPool:
             return
         now = time.monotonic()
         late = [
-            s for s in self._slots if s.handle is not None and not s.ready and now - s.started_at > self.start_timeout
+            index
+            for index, slot in enumerate(self._slots)
+            if slot.handle is not None and not slot.ready and now - slot.started_at > self.start_timeout
         ]
         if late:
             self._broken = self._not_ready_error(late)
             self._fail_everything(self._broken)
-            for slot in late:  # frees what it holds (a Ray actor's CPU) now, not at close()
-                assert slot.handle is not None
-                slot.handle.kill()
+            for index in late:  # frees what it holds (a Ray actor's CPU) now, not at close()
+                handle = self._slots[index].handle
+                assert handle is not None
+                handle.kill()
 
-    def _not_ready_error(self, slots: list[_Slot]) -> WorkerDiedError:
-        indices = ", ".join(str(self._slots.index(slot)) for slot in slots)
+    def _not_ready_error(self, indices: list[int]) -> WorkerDiedError:
         return WorkerDiedError(
-            f"worker(s) {indices} not ready {self.start_timeout:g} s after being started (start_timeout): "
-            "building the app hangs, or (on Ray) no free resources for the actor"
+            f"worker(s) {', '.join(map(str, indices))} not ready {self.start_timeout:g} s after being started "
+            "(start_timeout): building the app hangs, or (on Ray) no free resources for the actor"
         )
 
     def _fail_everything(self, error: BaseException) -> None:
