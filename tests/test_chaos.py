@@ -41,7 +41,8 @@ def check_survived(outcome: object) -> None:
 
 
 def test_ars_on_async_eval_under_kills_ends_with_the_undisturbed_weights() -> None:
-    outcome = load_chaos().ars_case("local", 0.0, INTERVAL, seed=0, rounds=20)
+    # As many rounds as 3 s of undisturbed training on this machine (20 ended in 0.9 s on a quiet one: no kill).
+    outcome = load_chaos().ars_case("local", 3.0, INTERVAL, seed=0)
     check_survived(outcome)
     assert "bit-identical" in outcome.result
 

@@ -657,6 +657,8 @@ class WorkerPool:
             if reply.failure is not None:  # a replay failed: the replacement is not in the state the caller set
                 self._broken = WorkerError(index, reply.failure, self.unit_name)
                 self._fail_everything(self._broken)
+        elif call.future.done():
+            return  # failed already, with the error that broke the pool: a late reply changes nothing
         elif reply.failure is None:
             call.future.set_result(reply.value)
         else:
