@@ -300,18 +300,27 @@ def pgpe(task: StudyTask, env: VecEnv, seed: int) -> BaseAlgorithm:
     )
 
 
-def snes(task: StudyTask, env: VecEnv, seed: int) -> BaseAlgorithm:
+def snes(task: StudyTask, env: VecEnv, seed: int, alive_bonus_offset: float = 0.0) -> BaseAlgorithm:
     """SNES from zero, ``stdev_init=0.1``, the paper's population size and learning rates (as ``evotorch-snes``)."""
-    return SNES("LinearPolicy", env, seed=seed, stdev_init=0.1)
+    return SNES("LinearPolicy", env, seed=seed, stdev_init=0.1, alive_bonus_offset=alive_bonus_offset)
 
 
-def xnes(task: StudyTask, env: VecEnv, seed: int) -> BaseAlgorithm:
+def xnes(task: StudyTask, env: VecEnv, seed: int, alive_bonus_offset: float = 0.0) -> BaseAlgorithm:
     """XNES from zero, ``stdev_init=0.1``, the paper's population size and learning rates."""
-    return XNES("LinearPolicy", env, seed=seed, stdev_init=0.1)
+    return XNES("LinearPolicy", env, seed=seed, stdev_init=0.1, alive_bonus_offset=alive_bonus_offset)
 
 
-def cmaes(task: StudyTask, env: VecEnv, seed: int) -> BaseAlgorithm:
-    return CMAES("LinearPolicy", env, seed=seed, zero_policy=True, sigma0=0.1, pop_size=32)
+def cmaes(task: StudyTask, env: VecEnv, seed: int, alive_bonus_offset: float = 0.0) -> BaseAlgorithm:
+    return CMAES(
+        "LinearPolicy", env, seed=seed, zero_policy=True, sigma0=0.1, pop_size=32, alive_bonus_offset=alive_bonus_offset
+    )
+
+
+def without_alive_bonus(
+    make_model: Callable[..., BaseAlgorithm],
+) -> Callable[[StudyTask, VecEnv, int], BaseAlgorithm]:
+    """:return: The configuration with the task's alive bonus taken off every reward (as ARS's shift does)."""
+    return lambda task, env, seed: make_model(task, env, seed, alive_bonus_offset=-task.alive_bonus)
 
 
 def es(task: StudyTask, env: VecEnv, seed: int) -> BaseAlgorithm:
@@ -340,6 +349,9 @@ CONFIGS: dict[str, Config] = {
     "pgpe": Config(pgpe, normalize=True),
     "snes": Config(snes),
     "xnes": Config(xnes),
+    "snes-no-alive-bonus": Config(without_alive_bonus(snes)),
+    "xnes-no-alive-bonus": Config(without_alive_bonus(xnes)),
+    "cmaes-no-alive-bonus": Config(without_alive_bonus(cmaes)),
 }
 
 
@@ -893,6 +905,9 @@ LABELS = {
     "pgpe": "lit_sb3 PGPE + ClipUp (EvoTorch's MuJoCo recipe)",
     "snes": "lit_sb3 SNES",
     "xnes": "lit_sb3 XNES",
+    "snes-no-alive-bonus": "lit_sb3 SNES, alive bonus removed",
+    "xnes-no-alive-bonus": "lit_sb3 XNES, alive bonus removed",
+    "cmaes-no-alive-bonus": "lit_sb3 CMAES, alive bonus removed",
     "evotorch-pgpe": "EvoTorch 0.6.1 PGPE + ClipUp (its MuJoCo recipe), GymNE 2 actors",
     "evotorch-cmaes": "EvoTorch 0.6.1 CMA-ES, GymNE 2 actors",
     "evotorch-snes": "EvoTorch 0.6.1 SNES, GymNE 2 actors",
