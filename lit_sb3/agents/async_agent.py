@@ -34,6 +34,7 @@ from lit_sb3.collection import (
 from lit_sb3.collection.acting import samples_directly
 from lit_sb3.collection.collector import WORKER_PRELOAD
 from lit_sb3.collection.envs import EnvFactory, WorkerEnvRouting, collection_env_fns
+from lit_sb3.collection.lag_correction import LagCorrection, check_lag_correction, correct_for_policy_lag
 from lit_sb3.collection.observations import select, stack
 from lit_sb3.workers.choice import BackendChoice
 
@@ -114,6 +115,7 @@ class _AsyncAgent:
         max_policy_lag: int | None = None,
         max_restarts: int = 3,
         reproducible: bool = False,
+        lag_correction: LagCorrection | None = "values",
         backend: str | None = None,
         ray_address: str | None = None,
         worker_resources: Mapping[str, float] | None = None,
@@ -128,6 +130,7 @@ class _AsyncAgent:
         if max_policy_lag is not None:
             check_non_negative_int("max_policy_lag", max_policy_lag)
         check_non_negative_int("max_restarts", max_restarts)
+        check_lag_correction(lag_correction)
         self._workers = BackendChoice.from_use_mp(
             use_mp, backend, ray_address=ray_address, worker_resources=worker_resources
         )
@@ -142,6 +145,7 @@ class _AsyncAgent:
         self.max_policy_lag = max_policy_lag
         self.max_restarts = max_restarts
         self.reproducible = reproducible
+        self.lag_correction = lag_correction
         self._workers.prepare(WORKER_PRELOAD)
         self._collector: AsyncCollector | None = None
         self._env_routing: WorkerEnvRouting | None = None
@@ -155,6 +159,10 @@ class _AsyncAgent:
             self._collection_env_fns(self.env)  # refuses what the workers cannot step
         if reproducible:
             self._check_reproducible()
+        if lag_correction != "values" and not isinstance(self, OnPolicyAlgorithm):
+            raise ValueError(
+                f"lag_correction is for on-policy algorithms (not {type(self).__name__}), got {lag_correction!r}"
+            )
 
     def _check_reproducible(self) -> None:
         if not isinstance(self, OnPolicyAlgorithm):
@@ -337,6 +345,8 @@ class _AsyncOnPolicy(_AsyncAgent):
         self._take_statistics.record(collector)
         rollout = collector.next_rollout()
         self._take_statistics.record_episodes(rollout.episodes)
+        if self.lag_correction is not None:
+            correct_for_policy_lag(self.policy, rollout.buffer, self.lag_correction)
         self.rollout_buffer = rollout.buffer
         n_envs = env.num_envs
         for start in range(0, rollout.length, n_envs):
@@ -454,8 +464,12 @@ def get_injected_agent(algorithm_class: type[Algorithm]) -> type[Algorithm]:
     room; a finite timeout drops episodes instead, counted), ``n_workers``, ``weight_sync_interval``,
     ``max_policy_lag``, ``max_restarts``, ``reproducible`` (on-policy, with a seed: each rollout is acted by exactly
     the weights one version behind, so two runs give identical weights whatever the timing; see
-    :mod:`lit_sb3.collection.lockstep`), ``backend="ray"`` with ``use_mp=True`` (one Ray actor per worker, on this
-    machine or the cluster of ``ray_address``, each with ``worker_resources``; ``pip install lit_sb3[ray]``). Extra
+    :mod:`lit_sb3.collection.lockstep`), ``lag_correction`` (on-policy: ``"values"``, the default, recomputes
+    each rollout's values, returns and advantages with the trainer's critic; ``"decoupled"`` also re-centres PPO's
+    clipping on the trainer's policy and weights the advantages by ``pi_trainer / pi_acting``; None leaves the
+    rollout as the workers acted it; see :mod:`lit_sb3.collection.lag_correction`), ``backend="ray"`` with
+    ``use_mp=True`` (one Ray actor per worker, on this machine or the cluster of ``ray_address``, each with
+    ``worker_resources``; ``pip install lit_sb3[ray]``). Extra
     methods: ``get_profiler_report()`` and ``shutdown()``; async-gym-agents 0.1's ``buffer_utilization``,
     ``buffer_emptyness`` and ``truncated_episodes_fraction`` are kept.
 

@@ -17,6 +17,7 @@ from stable_baselines3.common.type_aliases import TrainFreq, TrainFrequencyUnit
 from torch.nn.utils import parameters_to_vector
 
 from lit_sb3.collection import acting_module, check_supported, flat_weights
+from lit_sb3.collection.lag_correction import LagCorrection, check_lag_correction, correct_for_policy_lag
 
 
 @dataclass(frozen=True)
@@ -40,15 +41,25 @@ class PolicyGroup:
     its policy, one train step on a dataset, and the weights of the latest step.
 
     :param algorithm: The algorithm, built on the env group's ``env`` (its spaces are the workers' spaces).
+    :param lag_correction: On-policy, how each rollout is re-evaluated by the trainer's policy before it trains on it:
+        ``"values"`` (its critic's values, returns and advantages), ``"decoupled"`` (also its log-probabilities, the
+        advantages weighted by ``pi_trainer / pi_acting``) or None (as the workers acted it); see
+        :mod:`lit_sb3.collection.lag_correction`.
     """
 
-    def __init__(self, algorithm: BaseAlgorithm) -> None:
+    def __init__(self, algorithm: BaseAlgorithm, lag_correction: LagCorrection | None = "values") -> None:
         if not isinstance(algorithm, OnPolicyAlgorithm | OffPolicyAlgorithm):
             raise TypeError(
                 f"algorithm must be a Stable-Baselines3 on- or off-policy algorithm, got {type(algorithm).__name__}"
             )
         check_supported(type(algorithm))
+        check_lag_correction(lag_correction)
+        if lag_correction != "values" and not isinstance(algorithm, OnPolicyAlgorithm):
+            raise ValueError(
+                f"lag_correction is for on-policy algorithms (not {type(algorithm).__name__}), got {lag_correction!r}"
+            )
         self.algorithm = algorithm
+        self.lag_correction = lag_correction
         self.version = 0
         self.latest = self._snapshot()
 
@@ -104,6 +115,8 @@ class PolicyGroup:
             assert isinstance(dataset, RolloutBuffer)
             if batch_size is not None:
                 algorithm.batch_size = batch_size
+            if self.lag_correction is not None:
+                correct_for_policy_lag(algorithm.policy, dataset, self.lag_correction)
             algorithm.rollout_buffer = dataset
             algorithm.train()
         else:

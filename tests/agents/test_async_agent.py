@@ -126,6 +126,10 @@ def test_bad_arguments_are_refused_before_any_work() -> None:
         injected("MlpPolicy", env, use_mp="yes")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="max_policy_lag must be a non-negative int"):
         injected("MlpPolicy", env, max_policy_lag=-2)
+    with pytest.raises(ValueError, match=r"lag_correction must be one of \('values', 'decoupled'\) or None, got 'all'"):
+        injected("MlpPolicy", env, lag_correction="all")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"lag_correction is for on-policy algorithms .* got 'decoupled'"):
+        get_injected_agent(SAC)("MlpPolicy", multi_env("Pendulum-v1", 1), lag_correction="decoupled")
     with pytest.raises(TypeError, match="env_fns must be a list of callables"):
         IndexableMultiEnv("CartPole-v1")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"env_fns\[1\] must be callable"):

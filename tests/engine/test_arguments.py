@@ -78,6 +78,10 @@ def test_the_parts_must_fit_together() -> None:
         AsyncRLEngine(config, pendulum, PolicyGroup(model), DataBuffer.for_algorithm(model))
     with pytest.raises(TypeError, match="algorithm must be a Stable-Baselines3"):
         PolicyGroup("PPO")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="lag_correction must be one of"):
+        PolicyGroup(model, lag_correction=True)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"lag_correction is for on-policy algorithms .* got None"):
+        PolicyGroup(SAC("MlpPolicy", "Pendulum-v1"), lag_correction=None)
 
 
 def test_a_spent_budget_is_refused_before_the_workers_start() -> None:
