@@ -388,10 +388,18 @@ def evotorch_snes(task: StudyTask, problem: Any, zeros: Any) -> Any:
     return algorithms.SNES(problem, stdev_init=0.1, center_init=zeros)
 
 
+def evotorch_xnes(task: StudyTask, problem: Any, zeros: Any) -> Any:
+    """XNES from zero, ``stdev_init=0.1``, EvoTorch's default population size and learning rates."""
+    from evotorch import algorithms
+
+    return algorithms.XNES(problem, stdev_init=0.1, center_init=zeros)
+
+
 EVOTORCH_CONFIGS: dict[str, EvoTorchConfig] = {
     "evotorch-pgpe": EvoTorchConfig(evotorch_pgpe, observation_normalization=True, remove_alive_bonus=True),
     "evotorch-cmaes": EvoTorchConfig(evotorch_cmaes),
     "evotorch-snes": EvoTorchConfig(evotorch_snes),
+    "evotorch-xnes-no-alive-bonus": EvoTorchConfig(evotorch_xnes, remove_alive_bonus=True),
 }
 
 
@@ -911,6 +919,7 @@ LABELS = {
     "evotorch-pgpe": "EvoTorch 0.6.1 PGPE + ClipUp (its MuJoCo recipe), GymNE 2 actors",
     "evotorch-cmaes": "EvoTorch 0.6.1 CMA-ES, GymNE 2 actors",
     "evotorch-snes": "EvoTorch 0.6.1 SNES, GymNE 2 actors",
+    "evotorch-xnes-no-alive-bonus": "EvoTorch 0.6.1 XNES, alive bonus removed, GymNE 2 actors",
 }
 
 
