@@ -54,6 +54,10 @@ ChaosBackend = Literal["local", "ray"]
 N_WORKERS = 2
 #: Restarts allowed in the runs that must survive every kill.
 GENEROUS_RESTARTS = 10_000
+#: Steps of the undisturbed runs that measure how many steps the PPO and engine cases take in their seconds (the
+#: rate of CartPole's first 2,000 steps, with their short episodes and the workers' start, was a quarter to a third of
+#: the run's).
+CALIBRATION_STEPS = 10_000
 #: Restarts allowed in the runs that must fail, and the seconds between their kills.
 TIGHT_RESTARTS = 2
 TIGHT_INTERVAL = 0.3
@@ -286,8 +290,8 @@ def ppo_case(backend: ChaosBackend, seconds: float, interval: float, seed: int, 
         if budget is None:
             model.learn(2000)  # starts the workers
             started = time.monotonic()
-            model.learn(2000, reset_num_timesteps=False)
-            budget = max(4000, int(2000 / (time.monotonic() - started) * seconds))
+            model.learn(CALIBRATION_STEPS, reset_num_timesteps=False)
+            budget = max(4000, int(CALIBRATION_STEPS / (time.monotonic() - started) * seconds))
         killer = WorkerKiller(lambda: model._collector.pool if model._collector is not None else None, interval, seed)
         started = time.monotonic()
         with killer.running():
@@ -403,11 +407,13 @@ def engine_case(
 ) -> Outcome:
     """The async engine under fire completes its run (of ``budget`` steps, by default as many as an undisturbed run
     does in ``seconds``)."""
-    if budget is None:
-        engine = ppo_engine(backend, GENEROUS_RESTARTS, 2000, seed)
-        started = time.monotonic()
-        engine.run()
-        budget = max(4000, int(engine.num_timesteps / (time.monotonic() - started) * seconds))
+    if budget is None:  # the rate of a longer run past a shorter one's: the workers' start left out
+        durations = []
+        for steps in (2000, 2000 + CALIBRATION_STEPS):
+            started = time.monotonic()
+            ppo_engine(backend, GENEROUS_RESTARTS, steps, seed).run()
+            durations.append(time.monotonic() - started)
+        budget = max(4000, int(CALIBRATION_STEPS / max(durations[1] - durations[0], 0.1) * seconds))
     engine = ppo_engine(backend, GENEROUS_RESTARTS, budget, seed)
     killer = WorkerKiller(functools.partial(engine_pool, engine), interval, seed)
     started = time.monotonic()
