@@ -19,7 +19,8 @@ Reference: ``pip install --no-deps async-gym-agents==0.5.0`` in the benchmark's 
 lit_sb3); without it its rows are left out. Torch runs one thread everywhere (workers share the cores).
 
 Usage: ``python benchmarks/gradient_agents.py`` (about an hour; ``--quick`` for one seed and small budgets;
-``--only CONFIGURATION ...`` for some rows and their plain SB3 references).
+``--only CONFIGURATION ...`` for some rows and their plain SB3 references; ``--cases cartpole sleepy sac
+pendulum-gsde`` for some of the row groups).
 """
 
 from __future__ import annotations
@@ -197,6 +198,7 @@ def main() -> None:
     parser.add_argument(
         "--only", nargs="+", metavar="CONFIGURATION", help="these configurations and the plain SB3 ones they are to"
     )
+    parser.add_argument("--cases", nargs="+", choices=list(CASE_KEYS), help="some of the row groups")
     parser.add_argument(
         "--results", default=None, help=f"folder of the result file (default: {RESULTS_FOLDER}; partial runs: none)"
     )
@@ -214,6 +216,8 @@ def main() -> None:
         Case("PPO Pendulum-v1 gSDE (rl-zoo), 4 envs", PPO, partial(gym.make, "Pendulum-v1"), 4, RL_ZOO_PPO_PENDULUM,
              int(100_000 * scale), -250, 20),
     ]  # fmt: skip
+    if args.cases is not None:
+        cases = [case for case, key in zip(cases, CASE_KEYS, strict=True) if key in args.cases]
     ours = ["lit_sb3 threads", "lit_sb3 processes"]  # default arguments
     one_per_env = ["lit_sb3 threads, one worker per env", "lit_sb3 processes, one worker per env"]
     reproducible = ["lit_sb3 reproducible processes"]
@@ -253,10 +257,13 @@ def main() -> None:
                 )
     table = result_table(cases, seeds)
     print("\n" + table.markdown())
-    if args.results or not (args.quick or args.only):
+    if args.results or not (args.quick or args.only or args.cases):
         result = new_result("gradient_agents", {"gradient_agents": table}, load, packages=["sb3-contrib"])
         print(f"\nwrote {save_result(result, args.results or RESULTS_FOLDER)}")
 
+
+#: ``--cases`` names of the row groups, in their order.
+CASE_KEYS = ("cartpole", "sleepy", "sac", "pendulum-gsde")
 
 #: The result table: one row per case and configuration, medians over the seeds.
 COLUMNS = [
