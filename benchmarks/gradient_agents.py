@@ -100,6 +100,10 @@ class Watch(BaseCallback):
         self.threshold, self.window, self.started, self.run = threshold, window, started, run
 
     def _on_step(self) -> bool:
+        # The mean changes only when an episode ends: checked then, so that a run whose callbacks are called once per
+        # transition (an IndexableMultiEnv counts as one environment) pays no more per step than one called per batch.
+        if not np.any(self.locals["dones"]):
+            return True
         buffer = self.model.ep_info_buffer
         if self.run.seconds_to_threshold == float("inf") and buffer is not None and len(buffer) >= self.window:
             returns = [info["r"] for info in list(buffer)[-self.window :]]
