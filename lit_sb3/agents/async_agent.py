@@ -130,7 +130,7 @@ class _AsyncAgent:
         if max_policy_lag is not None:
             check_non_negative_int("max_policy_lag", max_policy_lag)
         check_non_negative_int("max_restarts", max_restarts)
-        check_lag_correction(lag_correction)
+        check_lag_correction(lag_correction, type(self))
         self._workers = BackendChoice.from_use_mp(
             use_mp, backend, ray_address=ray_address, worker_resources=worker_resources
         )
@@ -159,10 +159,6 @@ class _AsyncAgent:
             self._collection_env_fns(self.env)  # refuses what the workers cannot step
         if reproducible:
             self._check_reproducible()
-        if lag_correction != "values" and not isinstance(self, OnPolicyAlgorithm):
-            raise ValueError(
-                f"lag_correction is for on-policy algorithms (not {type(self).__name__}), got {lag_correction!r}"
-            )
 
     def _check_reproducible(self) -> None:
         if not isinstance(self, OnPolicyAlgorithm):

@@ -23,6 +23,7 @@ import numpy as np
 import torch as th
 from gymnasium import spaces
 from stable_baselines3.common.buffers import DictRolloutBuffer, RolloutBuffer
+from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.utils import obs_as_tensor
 
@@ -40,10 +41,20 @@ MAX_IMPORTANCE_WEIGHT = 2.0
 EVALUATION_BATCH = 512
 
 
-def check_lag_correction(lag_correction: Any) -> None:
-    """:raises ValueError: if ``lag_correction`` is none of :data:`LAG_CORRECTIONS` or None."""
+def check_lag_correction(lag_correction: Any, algorithm_class: type) -> None:
+    """
+    :param lag_correction: What the user passed.
+    :param algorithm_class: The algorithm it is for: off-policy ones take only the default (they learn from a replay
+        buffer, not from rollouts).
+    :raises ValueError: if ``lag_correction`` is none of :data:`LAG_CORRECTIONS` or None, or not the default for an
+        off-policy algorithm.
+    """
     if lag_correction is not None and lag_correction not in LAG_CORRECTIONS:
         raise ValueError(f"lag_correction must be one of {LAG_CORRECTIONS} or None, got {lag_correction!r}")
+    if lag_correction != "values" and not issubclass(algorithm_class, OnPolicyAlgorithm):
+        raise ValueError(
+            f"lag_correction is for on-policy algorithms (not {algorithm_class.__name__}), got {lag_correction!r}"
+        )
 
 
 def correct_for_policy_lag(

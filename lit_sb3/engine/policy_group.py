@@ -53,11 +53,7 @@ class PolicyGroup:
                 f"algorithm must be a Stable-Baselines3 on- or off-policy algorithm, got {type(algorithm).__name__}"
             )
         check_supported(type(algorithm))
-        check_lag_correction(lag_correction)
-        if lag_correction != "values" and not isinstance(algorithm, OnPolicyAlgorithm):
-            raise ValueError(
-                f"lag_correction is for on-policy algorithms (not {type(algorithm).__name__}), got {lag_correction!r}"
-            )
+        check_lag_correction(lag_correction, type(algorithm))
         self.algorithm = algorithm
         self.lag_correction = lag_correction
         self.version = 0
