@@ -300,20 +300,18 @@ def pgpe(task: StudyTask, env: VecEnv, seed: int) -> BaseAlgorithm:
     )
 
 
-def snes(task: StudyTask, env: VecEnv, seed: int, alive_bonus_offset: float = 0.0) -> BaseAlgorithm:
+def snes(task: StudyTask, env: VecEnv, seed: int, **changes: Any) -> BaseAlgorithm:
     """SNES from zero, ``stdev_init=0.1``, the paper's population size and learning rates (as ``evotorch-snes``)."""
-    return SNES("LinearPolicy", env, seed=seed, stdev_init=0.1, alive_bonus_offset=alive_bonus_offset)
+    return SNES("LinearPolicy", env, seed=seed, stdev_init=0.1, **changes)
 
 
-def xnes(task: StudyTask, env: VecEnv, seed: int, alive_bonus_offset: float = 0.0) -> BaseAlgorithm:
+def xnes(task: StudyTask, env: VecEnv, seed: int, **changes: Any) -> BaseAlgorithm:
     """XNES from zero, ``stdev_init=0.1``, the paper's population size and learning rates."""
-    return XNES("LinearPolicy", env, seed=seed, stdev_init=0.1, alive_bonus_offset=alive_bonus_offset)
+    return XNES("LinearPolicy", env, seed=seed, stdev_init=0.1, **changes)
 
 
-def cmaes(task: StudyTask, env: VecEnv, seed: int, alive_bonus_offset: float = 0.0) -> BaseAlgorithm:
-    return CMAES(
-        "LinearPolicy", env, seed=seed, zero_policy=True, sigma0=0.1, pop_size=32, alive_bonus_offset=alive_bonus_offset
-    )
+def cmaes(task: StudyTask, env: VecEnv, seed: int, **changes: Any) -> BaseAlgorithm:
+    return CMAES("LinearPolicy", env, seed=seed, zero_policy=True, sigma0=0.1, pop_size=32, **changes)
 
 
 def without_alive_bonus(

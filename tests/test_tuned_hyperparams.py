@@ -25,6 +25,7 @@ STUDY_CONFIGURATIONS = {
     ("ars", "Swimmer-v5"): "ars-sample-std",
     ("cmaes", "HalfCheetah-v5"): "cmaes",
     ("cmaes", "Swimmer-v5"): "cmaes",
+    ("snes", "HalfCheetah-v5"): "snes",
     ("snes", "Swimmer-v5"): "snes",
     ("xnes", "Swimmer-v5"): "xnes",
     ("cem", "Swimmer-v5"): "cem",
