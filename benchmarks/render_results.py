@@ -31,6 +31,10 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 #: The case of the gradient-agent and engine benchmarks whose environment sleeps 2 ms a step.
 SLEEPY = "PPO sleepy CartPole (2 ms/step), 8 envs"
+#: The gradient-agent benchmark's case of plain CartPole.
+CARTPOLE = "PPO CartPole-v1, 8 envs"
+#: The two kinds of local workers of the gradient agents.
+KINDS = ("threads", "processes")
 MARKER = re.compile(r"(<!-- result: (?P<what>[\w/]+) -->\n)(?P<body>.*?)(<!-- end result -->)", re.DOTALL)
 
 
@@ -98,12 +102,14 @@ def headline_asynceval(result: Result) -> str:
 
 
 def headline_gradient(result: Result) -> str:
-    processes = row(result, "gradient_agents", case="PPO CartPole-v1, 8 envs", configuration="lit_sb3 processes")
-    sleepy = row(result, "gradient_agents", case=SLEEPY, configuration="lit_sb3 threads, one worker per env")
+    cartpole, sleepy = (
+        {kind: row(result, "gradient_agents", case=case, configuration=f"lit_sb3 {kind}")["ratio"] for kind in KINDS}
+        for case in (CARTPOLE, SLEEPY)
+    )
     return (
-        f"- **Gradient agents**: PPO on 8 CartPoles with async collection on worker processes, "
-        f"{processes['ratio']:.2f}x plain SB3's `DummyVecEnv`; on a CartPole that sleeps 2 ms a step, a worker thread "
-        f"per env {sleepy['ratio']:.2f}x `SubprocVecEnv` ({result.date})."
+        f"- **Gradient agents**, at default arguments: PPO on 8 CartPoles {cartpole['threads']:.2f}x (worker threads) "
+        f"and {cartpole['processes']:.2f}x (worker processes) plain SB3's `DummyVecEnv`; on a CartPole that sleeps "
+        f"2 ms a step {sleepy['threads']:.2f}x and {sleepy['processes']:.2f}x `SubprocVecEnv` ({result.date})."
     )
 
 
