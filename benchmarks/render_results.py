@@ -114,10 +114,12 @@ def headline_gradient(result: Result) -> str:
 
 
 def headline_engine(result: Result) -> str:
-    sleepy = row(result, "engine", case=SLEEPY, configuration="AsyncRLEngine processes")
+    default = row(result, "engine", case=SLEEPY, configuration="AsyncRLEngine processes, default workers")
+    per_env = row(result, "engine", case=SLEEPY, configuration="AsyncRLEngine processes")
     return (
-        f"- **AsyncRLEngine**: {sleepy['ratio_learn']:.2f}x PPO's own `learn()` on `SubprocVecEnv` on the 2 ms "
-        f"CartPole, {sleepy['ratio_injected']:.2f}x the injected agent ({result.date})."
+        f"- **AsyncRLEngine**: on the 2 ms CartPole {default['ratio_learn']:.2f}x PPO's own `learn()` on "
+        f"`SubprocVecEnv` at default arguments, {per_env['ratio_learn']:.2f}x with a worker process per env "
+        f"({per_env['ratio_injected']:.2f}x the injected agent with the same workers) ({result.date})."
     )
 
 
