@@ -34,6 +34,10 @@ class WorkerHandle(ABC):
     def describe_exit(self) -> str:
         """:return: How the worker ended, e.g. ``"killed by SIGKILL"``."""
 
+    def startup_failure_hint(self) -> str:
+        """:return: What a worker that died before it said it was ready most likely needs (empty: nothing known)."""
+        return ""
+
     @abstractmethod
     def kill(self) -> None:
         """Stop the worker at once."""

@@ -83,10 +83,12 @@ class LocalWorker(WorkerHandle):
     :param worker_index: Index of the worker in the pool.
     :param process: The started process.
     :param connection: The main end of its pipe.
+    :param start_method: The ``multiprocessing`` start method that started it.
     """
 
-    def __init__(self, worker_index: int, process: BaseProcess, connection: Connection) -> None:
+    def __init__(self, worker_index: int, process: BaseProcess, connection: Connection, start_method: str) -> None:
         self.worker_index = worker_index
+        self.start_method = start_method
         self.process = process
         self.connection = connection
         self._outbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -118,6 +120,16 @@ class LocalWorker(WorkerHandle):
 
     def describe_exit(self) -> str:
         return f"pid {self.process.pid}, {describe_exit(self.process.exitcode)}"
+
+    def startup_failure_hint(self) -> str:
+        # Exit code 1 without a reply: Python failed before the worker's code ran, which catches and sends its errors.
+        if self.process.exitcode != 1 or self.start_method == "fork":
+            return ""
+        return (
+            f"; it failed before lit_sb3's worker code ran (its traceback is on stderr above). With start method "
+            f"{self.start_method!r} every new process imports the main module first: a script must build agents, "
+            'evaluators and engines under `if __name__ == "__main__":`'
+        )
 
     def kill(self) -> None:
         # The worker leads its own process group: take what its environments started along with it.
@@ -179,7 +191,7 @@ class LocalBackend(Backend):
         )
         process.start()
         worker_end.close()
-        return LocalWorker(worker_index, process, main_end)
+        return LocalWorker(worker_index, process, main_end, self.start_method)
 
     def wait(self, handles: list[WorkerHandle], timeout: float | None) -> tuple[list[WorkerHandle], list[WorkerHandle]]:
         by_object: dict[Any, tuple[LocalWorker, bool]] = {}

@@ -472,6 +472,7 @@ class WorkerPool:
                     handle.join(1.0)
                     raise WorkerDiedError(
                         f"worker {handle.worker_index} ({handle.describe_exit()}) died while building its app"
+                        + handle.startup_failure_hint()
                     )
         return [started[i] for i in range(len(self._slots))]
 
