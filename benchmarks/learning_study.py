@@ -5,7 +5,9 @@ logs its evaluation curve: env steps, training wall time, mean return of 10 dete
 policy, and training CPU-seconds. The centre is evaluated at round starts (at least ``eval_interval`` env steps
 apart) on the same 10 reset seeds every time; neither its wall time nor its CPU time is counted. A run also logs the
 machine's load average before and after (the machine is shared: wall times are noisy, steps to threshold are not).
-A run goes on to at least the task's fixed budget, so the return at that budget is known for every seed.
+A run goes on to at least the task's fixed budget, so the return at that budget is known for every seed. A seed
+run again (a queue line with a larger budget: our runs are deterministic, so the new run repeats the old one up to
+its budget and goes on) replaces its earlier record in the report and the figures.
 
 Env steps count every step of every candidate's episode (ARS's ``num_timesteps``); centre evaluations are not
 counted. CPU-seconds are those of the run's process tree, read with ``psutil``: the main process plus every process
@@ -927,9 +929,11 @@ def read_records(runs_file: str) -> list[dict[str, Any]]:
 
 
 def group_records(records: list[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
-    """:return: The records by (task, configuration), in the order of ``TASKS`` and ``LABELS``."""
+    """:return: The records by (task, configuration), in the order of ``TASKS`` and ``LABELS``; of two records of
+    the same seed, the later one (a run again with a larger budget)."""
+    latest = {(record["task"], record["config"], record["seed"]): record for record in records}
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for record in records:
+    for record in latest.values():
         groups.setdefault((record["task"], record["config"]), []).append(record)
     tasks, configs = list(TASKS), list(LABELS)
     return dict(sorted(groups.items(), key=lambda item: (tasks.index(item[0][0]), configs.index(item[0][1]))))
