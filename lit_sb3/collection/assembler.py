@@ -63,7 +63,10 @@ class EpisodeAssembler:
     :param max_policy_lag: Episodes begun by weights more than this many versions behind :func:`current_version`
         are dropped (counted); None for no bound.
     :param current_version: The version of the trainer's weights now.
-    :param on_received: Called with each episode received, before it is used or dropped.
+    :param acknowledge: Called with each episode's stream item once it is in: when received, for rollouts; when the
+        trainer takes it (or it is dropped as stale), for episodes handed over one by one, so that an environment
+        has at most one episode between its worker and the trainer (what the trainer consumes step by step acts
+        with weights at most one episode old).
     :param started_at: When collection started (Monitor's ``t``).
     """
 
@@ -78,7 +81,7 @@ class EpisodeAssembler:
         statistics: NormalizationStatistics | None,
         max_policy_lag: int | None,
         current_version: Callable[[], int],
-        on_received: Callable[[StreamItem], None],
+        acknowledge: Callable[[StreamItem], None],
         started_at: float,
     ) -> None:
         self.stream = stream
@@ -88,11 +91,11 @@ class EpisodeAssembler:
         self.statistics = statistics
         self.max_policy_lag = max_policy_lag
         self.current_version = current_version
-        self.on_received = on_received
+        self.acknowledge = acknowledge
         self.started_at = started_at
         self.received = Received([0] * n_workers, [0] * n_workers)
         self.error: BaseException | None = None
-        self._ready: queue.Queue[Rollout | UncountedRollout | EpisodePacket] = queue.Queue(maxsize=1)
+        self._ready: queue.Queue[Rollout | UncountedRollout | StreamItem] = queue.Queue(maxsize=1)
         self._stopping = threading.Event()
         self._taken = threading.Event()
         self._thread = threading.Thread(target=self._assemble, name="lit-sb3-episode-assembler", daemon=True)
@@ -116,6 +119,9 @@ class EpisodeAssembler:
             except queue.Empty:
                 continue
             self._taken.set()
+            if isinstance(item, StreamItem):
+                self.acknowledge(item)
+                return item.value
             return self.build(item.episodes) if isinstance(item, UncountedRollout) else item
 
     def train_rewards(self, packet: EpisodePacket) -> np.ndarray:
@@ -146,11 +152,16 @@ class EpisodeAssembler:
                 return
             gathered: list[EpisodePacket] = []
             steps = 0
-            for packet in self._packets():
-                if self._stale(packet):
-                    continue
+            for item in self._packets():
+                packet: EpisodePacket = item.value
                 if self.rollout_spec is None:
-                    self._hand_over(packet)
+                    if self._stale(packet):
+                        self.acknowledge(item)
+                    else:
+                        self._hand_over(item)
+                    continue
+                self.acknowledge(item)
+                if self._stale(packet):
                     continue
                 gathered.append(packet)
                 steps += packet.length
@@ -169,7 +180,9 @@ class EpisodeAssembler:
         bins: dict[int, list[EpisodePacket]] = {}
         closed: dict[int, int] = {}
         next_rollout = 0
-        for packet in self._packets():
+        for item in self._packets():
+            self.acknowledge(item)
+            packet: EpisodePacket = item.value
             bins.setdefault(packet.rollout_index, []).append(packet)
             closed[packet.rollout_index] = closed.get(packet.rollout_index, 0) + packet.closes_rollout
             while closed.get(next_rollout, 0) == n_envs:
@@ -185,7 +198,7 @@ class EpisodeAssembler:
         self.received.stale_steps += packet.length
         return True
 
-    def _packets(self) -> Iterator[EpisodePacket]:
+    def _packets(self) -> Iterator[StreamItem]:
         """The episodes of the stream, counted per worker, until the stream ends or the assembler stops."""
         while not self._stopping.is_set():
             try:
@@ -197,10 +210,9 @@ class EpisodeAssembler:
             packet: EpisodePacket = item.value
             self.received.episodes_per_worker[item.worker_index] += 1
             self.received.steps_per_worker[item.worker_index] += packet.length
-            self.on_received(item)
-            yield packet
+            yield item
 
-    def _hand_over(self, item: Rollout | UncountedRollout | EpisodePacket) -> None:
+    def _hand_over(self, item: Rollout | UncountedRollout | StreamItem) -> None:
         self._taken.clear()
         while not self._stopping.is_set():
             try:

@@ -25,7 +25,7 @@ class InFlightBudget:
     end before ``E`` is received. ``B = (max_policy_lag - 2) K + 1`` is the most that keeps that within the bound
     (at least one episode per worker; without a bound: two rollouts' worth, enough to keep every environment of a
     slow-stepping worker busy). Off-policy, the trainer takes one episode at a time: each environment has at most
-    one episode under way that the assembler has not received.
+    one episode begun that the trainer has not taken.
 
     :param max_policy_lag: The collection's lag bound, in weight versions; None for none.
     :param target_steps: On-policy: steps of a rollout; None off-policy.

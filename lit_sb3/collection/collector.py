@@ -148,7 +148,7 @@ class AsyncCollector:
             statistics=self.statistics,
             max_policy_lag=max_policy_lag,
             current_version=lambda: self.version,
-            on_received=self._on_received,
+            acknowledge=self._acknowledge,
             started_at=self.started_at,
         )
 
@@ -300,8 +300,9 @@ class AsyncCollector:
         finally:
             self.trainer_wait_seconds += time.monotonic() - started
 
-    def _on_received(self, item: StreamItem) -> None:
-        """Tell the worker its episode arrived, and how many it may have in flight (with an in-flight budget)."""
+    def _acknowledge(self, item: StreamItem) -> None:
+        """Tell the worker its episode is in (see the assembler), and how many it may have in flight (with an
+        in-flight budget)."""
         if self.budget is None:
             return
         packet: EpisodePacket = item.value

@@ -141,7 +141,7 @@ class EpisodeWorker(WorkerApp):
     :param progress: The trainer's progress when the worker starts.
     :param version: The version of ``policy``'s weights.
     :param limits_in_flight: Begin an episode only while fewer than the limit of :meth:`acknowledge` are in flight
-        (begun and not yet acknowledged as received); an environment whose next episode may not begin waits.
+        (begun and not yet acknowledged); an environment whose next episode may not begin waits.
     """
 
     immediate_methods: ClassVar[frozenset[str]] = frozenset({"sync", "acknowledge", "env_call"})
@@ -229,7 +229,8 @@ class EpisodeWorker(WorkerApp):
 
     def acknowledge(self, episode: tuple[int, int], limit: int | None) -> None:
         """
-        :param episode: ``(env_index, episode_index)`` of an episode the trainer's side received.
+        :param episode: ``(env_index, episode_index)`` of an episode the trainer's side has (received, or taken
+            off-policy).
         :param limit: Most episodes in flight from now on (None: no limit).
         """
         self._in_flight_limit = limit
