@@ -154,7 +154,8 @@ def choices(result: Result) -> Table:
     """
     :return: Per task of a learning study, lit_sb3's configuration with the fewest median env steps to the threshold
         among the reliable ones (at least 3 seeds run and 4 in 5 of them at the threshold), then among the others by
-        the share of seeds at the threshold and the median return at the fixed budget; and the next one.
+        the same median, the share of seeds at the threshold and the median return at the fixed budget; and the next
+        one.
     """
     columns = [Column("task", "task"), Column("choose", "choose"), Column("reached", "seeds at threshold")]
     columns += [Column("steps", "env steps to threshold: median (IQR)", ",.0f"), Column("next", "next best")]

@@ -24,8 +24,8 @@ def build_parser() -> OneLineParser:
     """:return: The parser of the ``lit-sb3`` command line."""
     parser = OneLineParser(
         prog="lit-sb3",
-        description="Population-based and asynchronous RL on Stable-Baselines3: train ARS, ES, CEM, CMA-ES or a "
-        "gradient agent with async episode collection, evaluate, benchmark.",
+        description="Population-based and asynchronous RL on Stable-Baselines3: train ARS, ES, CEM, CMA-ES, PGPE, "
+        "SNES, XNES or a gradient agent with async episode collection, evaluate, benchmark.",
         epilog=EXAMPLES,
         formatter_class=ExampleFormatter,
     )

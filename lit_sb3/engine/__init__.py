@@ -1,4 +1,5 @@
-"""Engines that train a Stable-Baselines3 algorithm on a worker pool: asynchronous threads or one loop (seed 003)."""
+"""Engines that train a Stable-Baselines3 algorithm on a worker pool: asynchronous threads or one loop, with
+RLightning's API."""
 
 from lit_sb3.engine.async_rl_engine import AsyncCoordinator, AsyncRLEngine
 from lit_sb3.engine.base import BaseEngine

@@ -128,7 +128,7 @@ class BaseEngine(ABC):
         self._evaluator: AsyncEval | None = None
         self._clocks: dict[str, ThreadClock] = {}
 
-    # ---------------------------------------------------------------------------------------------- the seed API
+    # ----------------------------------------------------------------------------------------- RLightning's API
 
     @abstractmethod
     def rollout(self) -> None:

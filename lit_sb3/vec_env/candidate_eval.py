@@ -98,7 +98,7 @@ class CandidateEval(ABC):
     def _close(self) -> None:
         """Release everything."""
 
-    # --------------------------------------------------------------------------------------- the seed API
+    # ---------------------------------------------------------------------------------- sb3-contrib's API
 
     def send_jobs(self, candidate_weights: th.Tensor | np.ndarray, pop_size: int) -> None:
         """

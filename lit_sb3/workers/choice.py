@@ -32,7 +32,7 @@ _DESCRIPTIONS: Mapping[str, str] = {
 class BackendChoice:
     """
     Where a pool's workers run, checked at construction: :meth:`build` turns it into the pool's backend. Make one
-    from the keywords of AsyncEval and the engines with :meth:`parse`, or from the seed's ``use_mp`` with
+    from the keywords of AsyncEval and the engines with :meth:`parse`, or from async-gym-agents' ``use_mp`` with
     :meth:`from_use_mp`.
 
     :param backend: ``"processes"`` (worker processes on this machine), ``"threads"`` (worker threads of this
@@ -98,7 +98,7 @@ class BackendChoice:
         worker_resources: Mapping[str, float] | None = None,
     ) -> BackendChoice:
         """
-        The seed's spelling (``get_injected_agent``): worker threads, or with ``use_mp=True`` local processes, or
+        async-gym-agents' spelling (``get_injected_agent``): worker threads, or with ``use_mp=True`` local processes, or
         Ray actors with ``backend="ray"`` too.
 
         :param use_mp: Whether workers are processes.
