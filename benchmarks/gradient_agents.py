@@ -15,6 +15,9 @@ the end of ``learn()``. ``lit_sb3 threads`` and ``lit_sb3 processes`` run at def
 - PPO Pendulum-v1 with rl-zoo's settings (4 envs, ``n_steps=1024``, gSDE), 100k steps: env steps/s and wall time
   until the mean return of the last 20 episodes reaches -250.
 
+With a threshold, the env steps to it (the trainer's ``num_timesteps`` then) show what learning costs per step,
+whatever the machine's load: weights that act while the trainer moves on (async collection) can take more.
+
 Reference: ``pip install --no-deps async-gym-agents==0.5.0`` in the benchmark's environment (not a dependency of
 lit_sb3); without it its rows are left out. Torch runs one thread everywhere (workers share the cores).
 
@@ -84,6 +87,7 @@ class Run:
     seconds: float = 0.0
     train_seconds: float = 0.0
     seconds_to_threshold: float = float("inf")
+    steps_to_threshold: float = float("inf")
     #: Async collection: the fraction of the steps the workers delivered that training never used.
     wasted_fraction: float | None = None
 
@@ -109,6 +113,7 @@ class Watch(BaseCallback):
             returns = [info["r"] for info in list(buffer)[-self.window :]]
             if np.mean(returns) >= self.threshold:
                 self.run.seconds_to_threshold = time.monotonic() - self.started
+                self.run.steps_to_threshold = self.model.num_timesteps
         return True
 
 
@@ -255,7 +260,8 @@ def main() -> None:
                 case.results.setdefault(configuration, []).append(run)
                 print(
                     f"seed {seed} | {case.name} | {configuration}: {run.steps_per_second:,.0f} steps/s, "
-                    f"to threshold {run.seconds_to_threshold:.1f} s, train {run.train_seconds:.1f} s"
+                    f"to threshold {run.seconds_to_threshold:.1f} s and {run.steps_to_threshold:,.0f} steps, "
+                    f"train {run.train_seconds:.1f} s"
                     + (f", wasted {run.wasted_fraction:.1%}" if run.wasted_fraction is not None else ""),
                     flush=True,
                 )
@@ -277,6 +283,7 @@ COLUMNS = [
     Column("steps_per_second", "env steps/s", ",.0f"),
     Column("ratio", "/ plain SB3", ".2f"),
     Column("seconds_to_threshold", "time to threshold (s)", ".0f", "-"),
+    Column("steps_to_threshold", "env steps to threshold", ",.0f", "-"),
     Column("reached", "reached", "", "-"),
     Column("limit", "train-only limit steps/s", ",.0f", "-"),
     Column("limit_fraction", "/ limit", ".2f", "-"),
@@ -294,6 +301,7 @@ def result_table(cases: list[Case], seeds: list[int]) -> Table:
         for configuration, runs in case.results.items():
             speed = statistics.median(run.steps_per_second for run in runs)
             to_threshold = statistics.median(run.seconds_to_threshold for run in runs)
+            steps_to_threshold = statistics.median(run.steps_to_threshold for run in runs)
             reached = sum(run.seconds_to_threshold < float("inf") for run in runs)
             row: dict[str, Any] = {
                 "case": case.name,
@@ -304,6 +312,7 @@ def result_table(cases: list[Case], seeds: list[int]) -> Table:
             }
             if case.threshold is not None:
                 row["seconds_to_threshold"] = to_threshold if to_threshold < float("inf") else "n/r"
+                row["steps_to_threshold"] = steps_to_threshold if steps_to_threshold < float("inf") else "n/r"
                 row["reached"] = f"{reached}/{len(runs)}"
             if case.name.startswith("PPO CartPole"):
                 row |= {"limit": limit, "limit_fraction": speed / limit}
