@@ -22,6 +22,7 @@ BENCHMARKS = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
 STUDY_CONFIGURATIONS = {
     ("ars", "HalfCheetah-v5"): "ars-update-every-3",
     ("ars", "Hopper-v5"): "ars",
+    ("ars", "Ant-v5"): "ars",
     ("ars", "Swimmer-v5"): "ars-sample-std",
     ("cmaes", "HalfCheetah-v5"): "cmaes",
     ("cmaes", "Swimmer-v5"): "cmaes",
@@ -31,7 +32,7 @@ STUDY_CONFIGURATIONS = {
     ("cem", "Swimmer-v5"): "cem",
     ("es", "Swimmer-v5"): "es",
 }
-STUDY_TASKS = {"HalfCheetah-v5": "halfcheetah", "Hopper-v5": "hopper", "Swimmer-v5": "swimmer"}
+STUDY_TASKS = {"HalfCheetah-v5": "halfcheetah", "Hopper-v5": "hopper", "Swimmer-v5": "swimmer", "Ant-v5": "ant"}
 
 
 @pytest.fixture(scope="module")
