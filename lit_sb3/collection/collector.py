@@ -112,8 +112,9 @@ class AsyncCollector:
                 progress=progress,
                 version=initial_version,
                 limits_in_flight=self.budget is not None,
+                in_flight_limit=self.budget.per_worker(index) if self.budget is not None else None,
             )
-            for _ in range(n_workers)
+            for index in range(n_workers)
         ]
         self.pool = WorkerPool(  # closes the backend if it fails
             factories,
@@ -331,6 +332,7 @@ class _WorkerFactory:
         progress: Progress,
         version: int,
         limits_in_flight: bool,
+        in_flight_limit: int | None,
     ) -> None:
         self.env_fns = env_fns
         self.policy = policy
@@ -339,6 +341,7 @@ class _WorkerFactory:
         self.progress = progress
         self.version = version
         self.limits_in_flight = limits_in_flight
+        self.in_flight_limit = in_flight_limit
 
     def __call__(self) -> EpisodeWorker:
         worker = EpisodeWorker if self.spec.lockstep_steps is None else LockstepEpisodeWorker
@@ -350,4 +353,5 @@ class _WorkerFactory:
             progress=self.progress,
             version=self.version,
             limits_in_flight=self.limits_in_flight,  # never for lockstep collection (its budget is None)
+            in_flight_limit=self.in_flight_limit,
         )

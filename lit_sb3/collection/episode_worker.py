@@ -142,6 +142,8 @@ class EpisodeWorker(WorkerApp):
     :param version: The version of ``policy``'s weights.
     :param limits_in_flight: Begin an episode only while fewer than the limit of :meth:`acknowledge` are in flight
         (begun and not yet acknowledged); an environment whose next episode may not begin waits.
+    :param in_flight_limit: The limit until an acknowledgement gives another (None: none until then); known from
+        the start off-policy (one per environment), so that a worker does not run ahead before the first one.
     """
 
     immediate_methods: ClassVar[frozenset[str]] = frozenset({"sync", "acknowledge", "env_call"})
@@ -158,6 +160,7 @@ class EpisodeWorker(WorkerApp):
         progress: Progress,
         version: int = 0,
         limits_in_flight: bool = False,
+        in_flight_limit: int | None = None,
     ) -> None:
         super().__init__()
         self.env_fns = env_fns
@@ -171,7 +174,7 @@ class EpisodeWorker(WorkerApp):
         self.progress = progress
         self.limits_in_flight = limits_in_flight
         self._in_flight: set[tuple[int, int]] = set()  # (env, episode) begun and not acknowledged
-        self._in_flight_limit: int | None = None
+        self._in_flight_limit = in_flight_limit
         self._stepper = EnvStepper()
         self._envs: dict[int, gym.Env] = {}
         self._running: list[EnvironmentRun] = []

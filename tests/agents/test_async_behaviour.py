@@ -188,6 +188,24 @@ def test_episodes_dropped_for_want_of_room_free_their_place_in_flight() -> None:
     assert model.num_timesteps >= 300 and report["buffer"]["episodes_dropped"] > 0
 
 
+@pytest.mark.parametrize("use_mp", [False, True], ids=["threads", "processes"])
+def test_off_policy_workers_begin_an_episode_once_the_trainer_took_the_one_before(use_mp: bool) -> None:
+    # One Pendulum (200-step episodes), one gradient step per step: the trainer is far slower than the worker.
+    model = get_injected_agent(SAC)(
+        "MlpPolicy", multi_env("Pendulum-v1", 1), use_mp=use_mp, learning_starts=100, seed=0
+    )
+    try:
+        model.learn(1_200)
+        report = model.get_profiler_report()
+    finally:
+        model.shutdown()
+    # Each episode began when the trainer took the one before it, so it is taken one episode of training (200
+    # gradient steps) after its first action, give or take the weights' publication interval. When the workers' episodes
+    # counted as in flight only until they arrived, the worker ran ahead and the lag was about 550.
+    assert report["policy"]["lag_max"] <= 250
+    assert report["policy"]["version"] >= 1_000
+
+
 @pytest.mark.parametrize("algorithm", [PPO, SAC], ids=lambda cls: cls.__name__)
 def test_vec_normalize_statistics_count_every_consumed_observation_once(algorithm: type) -> None:
     from stable_baselines3.common.vec_env import VecNormalize
