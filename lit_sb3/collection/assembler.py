@@ -65,8 +65,8 @@ class EpisodeAssembler:
     :param current_version: The version of the trainer's weights now.
     :param acknowledge: Called with each episode's stream item once it is in: when received, for rollouts; when the
         trainer takes it (or it is dropped as stale), for episodes handed over one by one, so that an environment
-        has at most one episode between its worker and the trainer (what the trainer consumes step by step acts
-        with weights at most one episode old).
+        has at most one episode between its worker and the trainer (which takes an episode about one episode's
+        training after its first action).
     :param started_at: When collection started (Monitor's ``t``).
     """
 
