@@ -154,15 +154,13 @@ class EpisodeAssembler:
             steps = 0
             for item in self._packets():
                 packet: EpisodePacket = item.value
+                if self._stale(packet):
+                    self.acknowledge(item)
+                    continue
                 if self.rollout_spec is None:
-                    if self._stale(packet):
-                        self.acknowledge(item)
-                    else:
-                        self._hand_over(item)
+                    self._hand_over(item)  # acknowledged when the trainer takes it
                     continue
                 self.acknowledge(item)
-                if self._stale(packet):
-                    continue
                 gathered.append(packet)
                 steps += packet.length
                 if steps >= self.rollout_spec.target_steps:

@@ -200,8 +200,8 @@ def test_off_policy_workers_begin_an_episode_once_the_trainer_took_the_one_befor
     finally:
         model.shutdown()
     # Each episode began when the trainer took the one before it, so it is taken one episode of training (200
-    # gradient steps) after its first action, give or take the weights' publication interval. When the workers' episodes
-    # counted as in flight only until they arrived, the worker ran ahead and the lag was about 550.
+    # gradient steps) after its first action, give or take the weights' publication interval. A worker that begins
+    # episodes before the trainer took the one before runs ahead: about 550.
     assert report["policy"]["lag_max"] <= 250
     assert report["policy"]["version"] >= 1_000
 
