@@ -306,7 +306,7 @@ class _VersionsPerRollout(EpisodeRecorder):
     def _on_rollout_end(self) -> None:
         import time
 
-        time.sleep(0.3)  # the trainer, far slower than the worker
+        time.sleep(0.1)  # the trainer, far slower than the worker
 
 
 def test_on_policy_workers_wait_for_the_trainer_to_take_the_rollout_handed_over() -> None:
@@ -326,4 +326,4 @@ def test_on_policy_workers_wait_for_the_trainer_to_take_the_rollout_handed_over(
     # The first rollouts come from the start, before the trainer was ever busy.
     steady = [(k, versions[0]) for k, versions in enumerate(recorder.last_versions) if k >= 6]
     assert all(version >= k - 2 for k, version in steady)
-    assert sum(version == k - 1 for k, version in steady) >= 6
+    assert sum(version == k - 1 for k, version in steady) >= 7
