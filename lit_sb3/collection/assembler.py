@@ -67,11 +67,6 @@ class EpisodeAssembler:
         trainer takes it (or it is dropped as stale), for episodes handed over one by one, so that an environment
         has at most one episode between its worker and the trainer (which takes an episode about one episode's
         training after its first action).
-    :param hold: Called with True before a free-running on-policy rollout is handed over, and with False when the
-        trainer takes it: the workers stop stepping in between, so that the next rollout is acted by the weights
-        the trainer has once it took this one (one version behind the weights that train on it), not by older ones
-        while the trainer is busy. Only while the workers keep up: a rollout that the trainer had to wait for is
-        followed by one collected without a hold (the workers run ahead as far as the in-flight budget lets them).
     :param started_at: When collection started (Monitor's ``t``).
     """
 
@@ -87,7 +82,6 @@ class EpisodeAssembler:
         max_policy_lag: int | None,
         current_version: Callable[[], int],
         acknowledge: Callable[[StreamItem], None],
-        hold: Callable[[bool], None],
         started_at: float,
     ) -> None:
         self.stream = stream
@@ -98,15 +92,12 @@ class EpisodeAssembler:
         self.max_policy_lag = max_policy_lag
         self.current_version = current_version
         self.acknowledge = acknowledge
-        self.hold = hold
         self.started_at = started_at
         self.received = Received([0] * n_workers, [0] * n_workers)
         self.error: BaseException | None = None
         self._ready: queue.Queue[Rollout | UncountedRollout | StreamItem] = queue.Queue(maxsize=1)
         self._stopping = threading.Event()
         self._taken = threading.Event()
-        self._holding = False  # the workers wait for the trainer to take the rollout handed over
-        self._trainer_waited = True  # for the last rollout it took
         self._thread = threading.Thread(target=self._assemble, name="lit-sb3-episode-assembler", daemon=True)
         self._thread.start()
 
@@ -121,7 +112,6 @@ class EpisodeAssembler:
         :return: The next rollout or episode (waits for it; a rollout is counted in the statistics and built here,
             on the caller's thread, if the trainer normalises).
         """
-        self._trainer_waited = self._ready.empty()
         while True:
             raise_failure()
             try:
@@ -132,9 +122,6 @@ class EpisodeAssembler:
             if isinstance(item, StreamItem):
                 self.acknowledge(item)
                 return item.value
-            if self._holding:
-                self._holding = False
-                self.hold(False)
             return self.build(item.episodes) if isinstance(item, UncountedRollout) else item
 
     def train_rewards(self, packet: EpisodePacket) -> np.ndarray:
@@ -177,9 +164,6 @@ class EpisodeAssembler:
                 gathered.append(packet)
                 steps += packet.length
                 if steps >= self.rollout_spec.target_steps:
-                    if not self._trainer_waited:  # before the trainer can take it (and let go of the workers)
-                        self._holding = True
-                        self.hold(True)
                     self._hand_over(self.build(gathered) if self.statistics is None else UncountedRollout(gathered))
                     gathered, steps = [], 0
                     # One rollout ahead, no more: the next one starts once the trainer took this one.

@@ -136,7 +136,6 @@ class AsyncCollector:
         self.version = initial_version  # of the trainer's weights, as last told
         self._publications: list[Future] = []
         self._acknowledgements: list[Future | None] = [None] * n_workers
-        self._holds: list[Future] = []
         self._progress = progress
         self._lags: deque[int] = deque(maxlen=LAG_WINDOW)
         self.trainer_wait_seconds = 0.0
@@ -151,7 +150,6 @@ class AsyncCollector:
             max_policy_lag=max_policy_lag,
             current_version=lambda: self.version,
             acknowledge=self._acknowledge,
-            hold=self._hold,
             started_at=self.started_at,
         )
 
@@ -302,13 +300,6 @@ class AsyncCollector:
             return self.assembler.take(self.raise_failure)
         finally:
             self.trainer_wait_seconds += time.monotonic() - started
-
-    def _hold(self, held: bool) -> None:
-        """Stop (True) or restart (False) every worker's stepping (see the assembler)."""
-        for future in self._holds:
-            if future.done() and future.exception() is not None:
-                raise future.exception()  # type: ignore[misc]
-        self._holds = [self.pool.call(worker, "hold", held, sticky=True) for worker in range(self.pool.n_workers)]
 
     def _acknowledge(self, item: StreamItem) -> None:
         """Tell the worker its episode is in (see the assembler), and how many it may have in flight (with an

@@ -131,9 +131,8 @@ class EpisodeWorker(WorkerApp):
     finished one as an :class:`~lit_sb3.collection.episodes.EpisodePacket` (unit: its episode index). All environments
     of the worker step together, with one batched policy call, and in threads once their steps are measured to be
     slow (see :class:`~lit_sb3.collection.stepping.EnvStepper`). Immediate control ``sync`` loads new weights and
-    the trainer's progress between two steps; ``acknowledge`` frees room under an in-flight limit; ``hold`` stops and
-    restarts stepping (episodes pause where they are); ``env_call`` makes a VecEnv's ``get_attr``, ``set_attr`` or
-    ``env_method`` on the environments it runs.
+    the trainer's progress between two steps; ``acknowledge`` frees room under an in-flight limit; ``env_call`` makes
+    a VecEnv's ``get_attr``, ``set_attr`` or ``env_method`` on the environments it runs.
 
     :param env_fns: The factories of every environment of the agent (the worker builds those it is given).
     :param policy: A copy of the trainer's policy.
@@ -147,8 +146,8 @@ class EpisodeWorker(WorkerApp):
         the start off-policy (one per environment), so that a worker does not run ahead before the first one.
     """
 
-    immediate_methods: ClassVar[frozenset[str]] = frozenset({"sync", "acknowledge", "hold", "env_call"})
-    control_methods: ClassVar[frozenset[str]] = frozenset({"sync", "acknowledge", "hold", "env_call"})
+    immediate_methods: ClassVar[frozenset[str]] = frozenset({"sync", "acknowledge", "env_call"})
+    control_methods: ClassVar[frozenset[str]] = frozenset({"sync", "acknowledge", "env_call"})
     task_methods: ClassVar[frozenset[str]] = frozenset({"collect"})
 
     def __init__(
@@ -176,7 +175,6 @@ class EpisodeWorker(WorkerApp):
         self.limits_in_flight = limits_in_flight
         self._in_flight: set[tuple[int, int]] = set()  # (env, episode) begun and not acknowledged
         self._in_flight_limit = in_flight_limit
-        self.held = False
         self._stepper = EnvStepper()
         self._envs: dict[int, gym.Env] = {}
         self._running: list[EnvironmentRun] = []
@@ -241,13 +239,6 @@ class EpisodeWorker(WorkerApp):
         self._in_flight_limit = limit
         self._free(episode)
 
-    def hold(self, held: bool) -> None:
-        """
-        :param held: Stop stepping (every episode under way pauses where it is, and goes on with the weights of
-            the time it is let go), or step again.
-        """
-        self.held = held
-
     def dropped(self, request_id: int, unit: int) -> None:
         """An episode dropped for want of buffer room is no longer in flight (it is never acknowledged)."""
         for run in self._running:
@@ -303,7 +294,7 @@ class EpisodeWorker(WorkerApp):
 
     @property
     def busy(self) -> bool:
-        return not self.held and any(not run.parked for run in self._running)
+        return any(not run.parked for run in self._running)
 
     def advance(self) -> list[tuple[int, Any]]:
         for _ in range(STEPS_PER_ADVANCE):
