@@ -304,6 +304,10 @@ class WorkerPool:
         call = _Call(method, cloudpickle.dumps(args), _new_future())
 
         def command() -> None:
+            if self._broken is not None:  # it broke after the check above: the call would wait for a dead worker
+                assert call.future is not None
+                call.future.set_exception(self._unusable_error())
+                return
             slot = self._slots[worker_index]
             if sticky:
                 slot.sticky[method] = call
@@ -414,16 +418,30 @@ class WorkerPool:
         if not payloads:
             job.resolve()
             return job
-        self._submit(lambda: self._jobs.append(job))
+
+        def command() -> None:
+            if self._broken is not None:  # it broke after the check above
+                job.end(self._unusable_error())
+            else:
+                self._jobs.append(job)
+
+        self._submit(command)
         return job
 
     def _check_usable(self) -> None:
         if self._closed:
             raise PoolClosedError("the worker pool is closed")
         if self._broken is not None:
-            raise RuntimeError(
-                f"the worker pool is unusable after an earlier failure: {self._broken}"
-            ) from self._broken
+            raise self._unusable_error()
+
+    def _unusable_error(self) -> RuntimeError:
+        """:return: The error of a use of the pool after a failure broke it (a pool dead past its restarts gives a
+        :class:`WorkerDiedError` to every caller), caused by that failure."""
+        assert self._broken is not None
+        error_type = WorkerDiedError if isinstance(self._broken, WorkerDiedError) else RuntimeError
+        error = error_type(f"the worker pool is unusable after an earlier failure: {self._broken}")
+        error.__cause__ = self._broken
+        return error
 
     def _submit(self, command: Callable[[], None]) -> None:
         with self._commands_lock:

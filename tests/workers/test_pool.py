@@ -301,8 +301,26 @@ def test_past_the_restart_budget_the_stream_raises_naming_the_worker(backend_nam
         kill_worker(pool, 0)
         with pytest.raises(WorkerDiedError, match=r"worker 0 .* died while running task 0"):
             list(stream)
-        with pytest.raises(RuntimeError, match="unusable"):
+        with pytest.raises(WorkerDiedError, match=r"unusable after an earlier failure: worker 0 .* died"):
             pool.call(0, "whoami")
+    finally:
+        pool.close()
+
+
+def test_a_use_that_passed_its_check_as_the_pool_broke_fails_instead_of_waiting(
+    backend_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pool = counting_pool(backend_name, n_workers=2, max_restarts=0)
+    try:
+        pool.call_all("whoami", [(), ()])
+        kill_worker(pool, 0)
+        wait_until(lambda: pool.failure is not None)
+        monkeypatch.setattr(pool, "_check_usable", lambda: None)  # as if the check ran just before the death
+        call = pool.call(0, "whoami")
+        job = pool.run_tasks("count", [(1, 0.0, -1)], labels=["task 0"], capacities=[1, 1])
+        for future in (call, job):
+            with pytest.raises(WorkerDiedError, match=r"unusable after an earlier failure: worker 0 .* died"):
+                future.result(timeout=20)
     finally:
         pool.close()
 
