@@ -146,6 +146,9 @@ class _WorkerLoop:
             self._reply(Reply(request_id, value=held, cancelled=True))
 
     def _control(self, request: Request) -> None:
+        # An immediate control's answer does not wait behind partial results held for want of credit (a weight sync
+        # would look unread until the consumer frees room); another's comes after the results of the tasks before it.
+        answer = self.channel.send if request.method in self.app.immediate_methods else self._reply
         value: Any = None
         try:
             arguments = _arguments(request)
@@ -159,9 +162,9 @@ class _WorkerLoop:
             else:
                 raise AttributeError(f"{type(self.app).__name__} has no control method {request.method!r}")
         except BaseException as exc:
-            self._reply(Reply(request.request_id, failure=RemoteFailure.from_exception(exc)))
+            answer(Reply(request.request_id, failure=RemoteFailure.from_exception(exc)))
         else:
-            self._reply(Reply(request.request_id, value=value))
+            answer(Reply(request.request_id, value=value))
 
     # ---------------------------------------------------------------------------------------------- tasks
 

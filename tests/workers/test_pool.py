@@ -210,6 +210,20 @@ def test_credit_goes_where_it_is_needed(backend_name: str) -> None:
         pool.close()
 
 
+def test_an_immediate_control_is_answered_while_its_worker_waits_for_buffer_room(backend_name: str) -> None:
+    pool = counting_pool(backend_name, stream_capacity=1)
+    try:
+        stream = pool.stream_tasks("forever", [(0.001,), (0.001,)], labels=["a", "b"], capacities=[1, 1])
+        wait_until(lambda: stream.buffered == 1)
+        time.sleep(0.2)  # both workers hold a result for want of room
+        for worker_index in range(2):
+            assert pool.call(worker_index, "whoami").result(10)[0] == worker_index
+        assert stream.buffered == 1 and stream.counts.received == 1  # the answers let no result through
+        stream.cancel()
+    finally:
+        pool.close()
+
+
 def test_a_put_timeout_drops_and_counts_what_finds_no_room(backend_name: str) -> None:
     pool = counting_pool(backend_name, stream_capacity=1, put_timeout=0.02)
     try:
