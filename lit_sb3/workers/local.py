@@ -107,10 +107,17 @@ class LocalWorker(WorkerHandle):
 
     def _write(self) -> None:
         while (message := self._outbox.get()) is not None:
+            # What the dispatcher sent meanwhile goes in one write (a worker's tasks arrive together, not one by one
+            # while the first already runs).
+            batch = [message]
+            while not self._outbox.empty() and (message := self._outbox.get()) is not None:
+                batch.append(message)
             try:
-                self.connection.send(message)
+                self.connection.send(batch)
             except (OSError, ValueError):
                 return  # the worker is gone; the pool learns it from the process sentinel
+            if message is None:
+                return
 
     def recv(self) -> Any:
         return self.connection.recv()

@@ -103,8 +103,12 @@ class _WorkerLoop:
 
     # ------------------------------------------------------------------------------------------- messages
 
-    def _handle(self, message: Request | Cancel | Credit) -> None:
-        if isinstance(message, Credit):
+    def _handle(self, message: Request | Cancel | Credit | list[Request | Cancel | Credit]) -> None:
+        if isinstance(message, list):  # sent together
+            for part in message:
+                if not self.stopping:  # nothing is read after a close
+                    self._handle(part)
+        elif isinstance(message, Credit):
             self.credit = (self.credit or 0) + message.count
             self.put_timeout = message.put_timeout
         elif isinstance(message, Cancel):
