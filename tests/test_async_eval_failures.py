@@ -166,7 +166,7 @@ def test_too_many_deaths_raise_a_clear_error(scalar_policy: LinearPolicy) -> Non
         ae.send_jobs(population(6, bad=(3,)), 6)
         with pytest.raises(WorkerDiedError, match=r"killed by SIGKILL.*candidates 3-3.*max_restarts=2"):
             ae.get_results()
-        with pytest.raises(WorkerDiedError, match="unusable.*max_restarts=2"):
+        with pytest.raises(WorkerDiedError, match=r"unusable.*max_restarts=2"):
             ae.send_jobs(population(6), 6)
 
 
