@@ -40,9 +40,10 @@ class WorkerApp(ABC):
 
     Control methods (listed in ``control_methods``) are called by name once every earlier request is answered;
     those also listed in ``immediate_methods`` run at once, between two :meth:`advance` calls of busy tasks (weight
-    updates, statistics). Task methods (listed in ``task_methods``) are handed to :meth:`submit`; the worker keeps
-    calling :meth:`advance` while :attr:`busy` and accepts further tasks in between, so an app can start the next
-    task while the last ones finish. A streaming task hands back partial results as it goes with :meth:`emit`.
+    updates, statistics), and are answered at once, even while partial results wait for buffer room. Task methods
+    (listed in ``task_methods``) are handed to :meth:`submit`; the worker keeps calling :meth:`advance` while
+    :attr:`busy` and accepts further tasks in between, so an app can start the next task while the last ones
+    finish. A streaming task hands back partial results as it goes with :meth:`emit`.
     """
 
     control_methods: ClassVar[frozenset[str]] = frozenset()
