@@ -23,6 +23,7 @@ STUDY_CONFIGURATIONS = {
     ("ars", "HalfCheetah-v5"): "ars-update-every-3",
     ("ars", "Hopper-v5"): "ars",
     ("ars", "Ant-v5"): "ars",
+    ("ars", "Humanoid-v5"): "ars",
     ("ars", "Swimmer-v5"): "ars-sample-std",
     ("cmaes", "HalfCheetah-v5"): "cmaes",
     ("cmaes", "Swimmer-v5"): "cmaes",
@@ -32,7 +33,13 @@ STUDY_CONFIGURATIONS = {
     ("cem", "Swimmer-v5"): "cem",
     ("es", "Swimmer-v5"): "es",
 }
-STUDY_TASKS = {"HalfCheetah-v5": "halfcheetah", "Hopper-v5": "hopper", "Swimmer-v5": "swimmer", "Ant-v5": "ant"}
+STUDY_TASKS = {
+    "HalfCheetah-v5": "halfcheetah",
+    "Hopper-v5": "hopper",
+    "Swimmer-v5": "swimmer",
+    "Ant-v5": "ant",
+    "Humanoid-v5": "humanoid",
+}
 
 
 @pytest.fixture(scope="module")
