@@ -138,19 +138,14 @@ def headline_learning(result: Result) -> str:
 
 def headline_mujoco(result: Result) -> str:
     chosen = choices(result).rows
-    reached = ", ".join(
-        f"{choice['task']} {choice['reached']} ({choice['choose'].removeprefix('lit_sb3 ')})" for choice in chosen
-    )
+    reached = ", ".join(f"{choice['task']} {choice['reached']} ({choice['choose'].split()[1]})" for choice in chosen)
     humanoid = next((choice for choice in chosen if choice["task"] == "humanoid"), None)
     cpu = ""
     if humanoid is not None:
         figures = row(result, "learning_study", task="humanoid", configuration=humanoid["choose"])
-        if steps_or_inf(figures["cpu_to_threshold"]) != float("inf"):
-            cpu = f"; Humanoid-v5 to 6000 in {steps_or_inf(figures['cpu_to_threshold']) / 60:.0f} CPU-minutes"
-    return (
-        f"- **MuJoCo study** (the ARS paper's thresholds; seeds at the threshold with the best of ours): {reached}"
-        f"{cpu} ({result.date}; in progress)."
-    )
+        if (minutes := steps_or_inf(figures["cpu_to_threshold"]) / 60) != float("inf"):
+            cpu = f"; Humanoid in {minutes:.0f} CPU-minutes"
+    return f"- **MuJoCo**, seeds at the ARS paper's thresholds: {reached}{cpu} ({result.date}; in progress)."
 
 
 def headline_ray(result: Result) -> str:
