@@ -6,8 +6,8 @@ policy, and training CPU-seconds. The centre is evaluated at round starts (at le
 apart) on the same 10 reset seeds every time; neither its wall time nor its CPU time is counted. A run also logs the
 machine's load average before and after (the machine is shared: wall times are noisy, steps to threshold are not).
 A run goes on to at least the task's fixed budget, so the return at that budget is known for every seed. A seed
-run again (a queue line with a larger budget: our runs are deterministic, so the new run repeats the old one up to
-its budget and goes on) replaces its earlier record in the report and the figures.
+run again (a queue line with a larger budget: it goes on from the last run's checkpoint, or, our runs being
+deterministic, repeats the old run up to its budget) replaces its earlier record in the report and the figures.
 
 Env steps count every step of every candidate's episode (ARS's ``num_timesteps``); centre evaluations are not
 counted. CPU-seconds are those of the run's process tree, read with ``psutil``: the main process plus every process
@@ -42,8 +42,9 @@ edited while it runs. The job being run is kept in ``JOBS.running``; a queue sta
 that was killed back at the head of the jobs file. A run that fails is appended to ``JOBS.failed``. A run of one
 of our algorithms saves a checkpoint (model, ``VecNormalize`` statistics, curve and clocks) between two rounds
 every ``CHECKPOINT_INTERVAL`` seconds, in ``OUT.checkpoints/``, and a run that finds its checkpoint goes on from it
-(its record counts the ``resumes``): a run may span sessions that end their processes. EvoTorch and sb3-contrib
-runs start again from zero.
+(its record counts the ``resumes``): a run may span sessions that end their processes. The checkpoint of a finished
+run is kept (``OUT.checkpoints/TASK-CONFIG-SEED``), so a run of the seed with a larger budget goes on from where
+the last one ended instead of repeating it. EvoTorch and sb3-contrib runs start again from zero.
 Configurations (``--config``): see ``CONFIGS`` and ``EVOTORCH_CONFIGS``.
 """
 
@@ -56,7 +57,6 @@ import functools
 import json
 import os
 import random
-import shutil
 import statistics
 import subprocess
 import sys
@@ -639,9 +639,6 @@ class Checkpoint:
         loaded = type(model).load(self.folder / "model.zip", env=env)
         return loaded, json.loads(self.state_file.read_text())
 
-    def remove(self) -> None:
-        shutil.rmtree(self.folder, ignore_errors=True)
-
 
 def source_commit() -> str:
     """:return: The git commit of the code the run uses (``+changes`` if the work tree differs from it)."""
@@ -679,7 +676,7 @@ def run(task_name: str, config_name: str, seed: int, budget: int | None, checkpo
         run_evotorch(study_task, EVOTORCH_CONFIGS[config_name], seed).fill(record)
     else:
         config = CONFIGS[config_name]
-        folder = None if checkpoints is None else checkpoints / f"{task_name}-{config_name}-{seed}-{task.budget}"
+        folder = None if checkpoints is None else checkpoints / f"{task_name}-{config_name}-{seed}"
         checkpoint = Checkpoint(folder) if folder is not None and config.resumable else None
         run_sb3(study_task, config, seed, checkpoint).fill(record)
     record.load_after = uptime_load()
@@ -708,6 +705,8 @@ def run_sb3(study_task: StudyTask, config: Config, seed: int, checkpoint: Checkp
         pass
     finally:
         async_eval.close()
+    if checkpoint is not None:
+        checkpoint.save(model, watcher.study_curve.state())
     return watcher.study_curve
 
 
@@ -1108,7 +1107,6 @@ def main() -> None:
         record = run(args.task, args.config, args.seed, args.budget, checkpoints)
         with open(args.out, "a") as file:
             file.write(json.dumps(dataclasses.asdict(record)) + "\n")
-        shutil.rmtree(checkpoints / f"{args.task}-{args.config}-{args.seed}-{record.budget}", ignore_errors=True)
         print(
             f"{record.task} {record.config} seed {record.seed}: threshold at {record.steps_to_threshold} steps, "
             f"{record.time_to_threshold} s, {record.cpu_to_threshold} CPU-s; final {record.curve[-1]}; "
