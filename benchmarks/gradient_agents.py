@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
+from importlib.metadata import version
 from typing import Any
 
 import gymnasium as gym
@@ -211,6 +212,7 @@ def main() -> None:
     parser.add_argument(
         "--results", default=None, help=f"folder of the result file (default: {RESULTS_FOLDER}; partial runs: none)"
     )
+    parser.add_argument("--conditions", default="", help="what else the result file should say (what ran beside it)")
     args = parser.parse_args()
     load = LoadSampler()
     torch.set_num_threads(1)
@@ -268,7 +270,15 @@ def main() -> None:
     table = result_table(cases, seeds)
     print("\n" + table.markdown())
     if args.results or not (args.quick or args.only or args.cases):
-        result = new_result("gradient_agents", {"gradient_agents": table}, load, packages=["sb3-contrib"])
+        conditions = (
+            f"seeds {', '.join(map(str, seeds))}, medians. lit_sb3 threads and lit_sb3 processes run at default "
+            "arguments (use_mp aside); the one-worker-per-env rows set n_workers=8. "
+            + (f"async-gym-agents {version('async-gym-agents')}. " if reference else "")
+            + args.conditions
+        ).strip()
+        result = new_result(
+            "gradient_agents", {"gradient_agents": table}, load, conditions=conditions, packages=["sb3-contrib"]
+        )
         print(f"\nwrote {save_result(result, args.results or RESULTS_FOLDER)}")
 
 

@@ -71,6 +71,8 @@ class _TakeStatistics:
     :param empty: Takes that had to wait for their data.
     :param episodes: Episodes taken.
     :param truncated: Episodes taken that were truncated.
+    :param decoupled: On-policy rollouts taken whose lag correction decoupled them (see
+        :mod:`lit_sb3.collection.lag_correction`).
     """
 
     takes: int = 0
@@ -78,6 +80,7 @@ class _TakeStatistics:
     empty: int = 0
     episodes: int = 0
     truncated: int = 0
+    decoupled: int = 0
 
     def record(self, collector: AsyncCollector) -> None:
         """Count a take, just before it."""
@@ -115,7 +118,7 @@ class _AsyncAgent:
         max_policy_lag: int | None = None,
         max_restarts: int = 3,
         reproducible: bool = False,
-        lag_correction: LagCorrection | None = "values",
+        lag_correction: LagCorrection | None = "auto",
         backend: str | None = None,
         ray_address: str | None = None,
         worker_resources: Mapping[str, float] | None = None,
@@ -220,9 +223,9 @@ class _AsyncAgent:
     def get_profiler_report(self) -> dict[str, Any]:
         """
         :return: Sections ``trainer``, ``worker``, ``buffer``, ``transport`` and ``policy``: time spent training and
-            waiting for data, episodes and steps per worker, restarts, the buffer's capacity, what it holds, drops
-            and ``avg_push_wait_seconds``, ``transport.utilization`` (the fraction of bounded episode slots in use
-            now) and the policy lag (mean, p99, max, in weight versions).
+            waiting for data, the rollouts ``lag_correction`` decoupled, episodes and steps per worker, restarts, the
+            buffer's capacity, what it holds, drops and ``avg_push_wait_seconds``, ``transport.utilization`` (the
+            fraction of bounded episode slots in use now) and the policy lag (mean, p99, max, in weight versions).
         """
         collector = self._collector
         trainer = {
@@ -231,6 +234,7 @@ class _AsyncAgent:
             "wait_seconds": collector.trainer_wait_seconds if collector is not None else 0.0,
             "consumed_steps": collector.consumed_steps if collector is not None else 0,
             "num_timesteps": self.num_timesteps,
+            "decoupled_rollouts": self._take_statistics.decoupled,
         }
         if collector is None:
             return {"trainer": trainer, "worker": {}, "buffer": {}, "transport": {}, "policy": {}}
@@ -342,7 +346,8 @@ class _AsyncOnPolicy(_AsyncAgent):
         rollout = collector.next_rollout()
         self._take_statistics.record_episodes(rollout.episodes)
         if self.lag_correction is not None:
-            correct_for_policy_lag(self.policy, rollout.buffer, self.lag_correction)
+            weights = correct_for_policy_lag(self.policy, rollout.buffer, self.lag_correction)
+            self._take_statistics.decoupled += weights is not None
         self.rollout_buffer = rollout.buffer
         n_envs = env.num_envs
         for start in range(0, rollout.length, n_envs):
@@ -460,10 +465,11 @@ def get_injected_agent(algorithm_class: type[Algorithm]) -> type[Algorithm]:
     room; a finite timeout drops episodes instead, counted), ``n_workers``, ``weight_sync_interval``,
     ``max_policy_lag``, ``max_restarts``, ``reproducible`` (on-policy, with a seed: each rollout is acted by exactly
     the weights one version behind, so two runs give identical weights whatever the timing; see
-    :mod:`lit_sb3.collection.lockstep`), ``lag_correction`` (on-policy: ``"values"``, the default, recomputes
-    each rollout's values, returns and advantages with the trainer's critic; ``"decoupled"`` also re-centres PPO's
-    clipping on the trainer's policy and weights the advantages by ``pi_trainer / pi_acting``; None leaves the
-    rollout as the workers acted it; see :mod:`lit_sb3.collection.lag_correction`), ``backend="ray"`` with
+    :mod:`lit_sb3.collection.lockstep`), ``lag_correction`` (on-policy: ``"values"`` recomputes each rollout's
+    values, returns and advantages with the trainer's critic; ``"decoupled"`` also re-centres PPO's clipping on the
+    trainer's policy and weights the advantages by ``pi_trainer / pi_acting``; ``"auto"``, the default, decouples
+    the rollouts the trainer's policy has moved far from; None leaves the rollout as the workers acted it; see
+    :mod:`lit_sb3.collection.lag_correction`), ``backend="ray"`` with
     ``use_mp=True`` (one Ray actor per worker, on this machine or the cluster of ``ray_address``, each with
     ``worker_resources``; ``pip install lit_sb3[ray]``). Extra
     methods: ``get_profiler_report()`` and ``shutdown()``; async-gym-agents 0.1's ``buffer_utilization``,

@@ -43,11 +43,12 @@ class PolicyGroup:
     :param algorithm: The algorithm, built on the env group's ``env`` (its spaces are the workers' spaces).
     :param lag_correction: On-policy, how each rollout is re-evaluated by the trainer's policy before it trains on it:
         ``"values"`` (its critic's values, returns and advantages), ``"decoupled"`` (also its log-probabilities, the
-        advantages weighted by ``pi_trainer / pi_acting``) or None (as the workers acted it); see
+        advantages weighted by ``pi_trainer / pi_acting``), ``"auto"`` (decoupled where the trainer's policy has
+        moved far from the acting one, else values) or None (as the workers acted it); see
         :mod:`lit_sb3.collection.lag_correction`.
     """
 
-    def __init__(self, algorithm: BaseAlgorithm, lag_correction: LagCorrection | None = "values") -> None:
+    def __init__(self, algorithm: BaseAlgorithm, lag_correction: LagCorrection | None = "auto") -> None:
         if not isinstance(algorithm, OnPolicyAlgorithm | OffPolicyAlgorithm):
             raise TypeError(
                 f"algorithm must be a Stable-Baselines3 on- or off-policy algorithm, got {type(algorithm).__name__}"

@@ -126,7 +126,8 @@ def test_bad_arguments_are_refused_before_any_work() -> None:
         injected("MlpPolicy", env, use_mp="yes")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="max_policy_lag must be a non-negative int"):
         injected("MlpPolicy", env, max_policy_lag=-2)
-    with pytest.raises(ValueError, match=r"lag_correction must be one of \('values', 'decoupled'\) or None, got 'all'"):
+    expected = r"lag_correction must be one of \('auto', 'values', 'decoupled'\) or None, got 'all'"
+    with pytest.raises(ValueError, match=expected):
         injected("MlpPolicy", env, lag_correction="all")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"lag_correction is for on-policy algorithms .* got 'decoupled'"):
         get_injected_agent(SAC)("MlpPolicy", multi_env("Pendulum-v1", 1), lag_correction="decoupled")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch as th
@@ -9,7 +11,12 @@ from gymnasium import spaces
 from stable_baselines3.common.buffers import DictRolloutBuffer, RolloutBuffer
 from stable_baselines3.common.policies import ActorCriticPolicy, MultiInputActorCriticPolicy
 
-from lit_sb3.collection.lag_correction import MAX_IMPORTANCE_WEIGHT, correct_for_policy_lag
+from lit_sb3.collection.lag_correction import (
+    DECOUPLE_ABOVE,
+    MAX_IMPORTANCE_WEIGHT,
+    STALE_RATIO,
+    correct_for_policy_lag,
+)
 from lit_sb3.collection.rollout import fill_returns_and_advantages
 
 LENGTH = 600
@@ -147,3 +154,48 @@ def test_the_values_correction_recomputes_values_returns_and_advantages_only() -
     buffer.compute_returns_and_advantage(last_values=th.zeros(1), dones=np.ones(1))
     np.testing.assert_allclose(advantages, buffer.advantages, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(returns, buffer.returns, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("spaces_", SPACES.values(), ids=SPACES.keys())
+def test_auto_decouples_continuous_actions_only_where_the_trainers_policy_moved_far_from_the_acting_one(
+    spaces_: tuple[spaces.Space, spaces.Space],
+) -> None:
+    th.manual_seed(0)
+    acting, trainer = make_policy(*spaces_), make_policy(*spaces_)
+    with th.no_grad():  # the action head starts near-uniform: moved so that the two policies differ
+        for parameter in trainer.action_net.parameters():
+            parameter.add_(th.randn_like(parameter))
+    near = filled_buffer(trainer, 2)
+    near_log_probs = near.log_probs.copy()
+    assert correct_for_policy_lag(trainer, near, "auto") is None
+    np.testing.assert_array_equal(near.log_probs, near_log_probs)
+
+    far = filled_buffer(acting, 2)
+    behaviour = copy.deepcopy(far)
+    weights = correct_for_policy_lag(trainer, far, "auto")
+    continuous = isinstance(trainer.action_space, spaces.Box)
+    assert (weights is not None) == continuous
+    expected = copy.deepcopy(behaviour)
+    if continuous:
+        ratios = np.exp(far.log_probs[:, 0] - behaviour.log_probs[:, 0].astype(np.float64))
+        assert np.mean(np.abs(ratios - 1) > STALE_RATIO) > DECOUPLE_ABOVE
+        correct_for_policy_lag(trainer, expected, "decoupled")
+    else:
+        correct_for_policy_lag(trainer, expected, "values")
+    for name in ("values", "log_probs", "advantages", "returns"):
+        np.testing.assert_array_equal(getattr(far, name), getattr(expected, name), err_msg=name)
+
+
+def test_auto_keeps_the_acting_log_probabilities_while_few_samples_are_stale() -> None:
+    th.manual_seed(0)
+    policy = make_policy(*SPACES["box-box"])
+    buffer = filled_buffer(policy, 4)
+    stale = np.arange(LENGTH) < int(DECOUPLE_ABOVE * LENGTH)  # exactly the share that is still tolerated
+    buffer.log_probs[stale, 0] -= 1.0  # pi_trainer / pi_acting = e for these
+    values_only = copy.deepcopy(buffer)
+    assert correct_for_policy_lag(policy, buffer, "auto") is None
+    correct_for_policy_lag(policy, values_only, "values")
+    for name in ("values", "log_probs", "advantages", "returns"):
+        np.testing.assert_array_equal(getattr(buffer, name), getattr(values_only, name), err_msg=name)
+    buffer.log_probs[int(DECOUPLE_ABOVE * LENGTH), 0] -= 1.0  # one more stale sample
+    assert correct_for_policy_lag(policy, buffer, "auto") is not None
