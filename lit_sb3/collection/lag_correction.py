@@ -67,14 +67,15 @@ EVALUATION_BATCH = 512
 def check_lag_correction(lag_correction: Any, algorithm_class: type) -> None:
     """
     :param lag_correction: What the user passed.
-    :param algorithm_class: The algorithm it is for: off-policy ones take only the default, ``"auto"`` (they learn
-        from a replay buffer, not from rollouts).
-    :raises ValueError: if ``lag_correction`` is none of :data:`LAG_CORRECTIONS` or None, or not the default for an
-        off-policy algorithm.
+    :param algorithm_class: The algorithm it is for: off-policy ones learn from a replay buffer, not from rollouts,
+        and take only the default, ``"auto"``, or ``"values"`` (the default before ``"auto"``): both leave them as
+        they are.
+    :raises ValueError: if ``lag_correction`` is none of :data:`LAG_CORRECTIONS` or None, or neither of those two
+        for an off-policy algorithm.
     """
     if lag_correction is not None and lag_correction not in LAG_CORRECTIONS:
         raise ValueError(f"lag_correction must be one of {LAG_CORRECTIONS} or None, got {lag_correction!r}")
-    if lag_correction != "auto" and not issubclass(algorithm_class, OnPolicyAlgorithm):
+    if lag_correction not in ("auto", "values") and not issubclass(algorithm_class, OnPolicyAlgorithm):
         raise ValueError(
             f"lag_correction is for on-policy algorithms (not {algorithm_class.__name__}), got {lag_correction!r}"
         )

@@ -80,8 +80,11 @@ def test_the_parts_must_fit_together() -> None:
         PolicyGroup("PPO")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="lag_correction must be one of"):
         PolicyGroup(model, lag_correction=True)  # type: ignore[arg-type]
+    sac = SAC("MlpPolicy", "Pendulum-v1")
     with pytest.raises(ValueError, match=r"lag_correction is for on-policy algorithms .* got None"):
-        PolicyGroup(SAC("MlpPolicy", "Pendulum-v1"), lag_correction=None)
+        PolicyGroup(sac, lag_correction=None)
+    for kept in ("auto", "values"):  # the default, and the default before it: off-policy, nothing to correct
+        assert PolicyGroup(sac, lag_correction=kept).lag_correction == kept
 
 
 def test_a_spent_budget_is_refused_before_the_workers_start() -> None:
