@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -39,6 +40,12 @@ from lit_sb3.collection.observations import select, stack
 from lit_sb3.workers.choice import BackendChoice
 
 Algorithm = TypeVar("Algorithm", bound=BaseAlgorithm)
+
+#: Off-policy: how many times its acting time before an episode's end the trainer lets its environment begin the
+#: next (see :class:`_HandOverTiming`).
+ACTING_TIME_MARGIN = 2.0
+#: Off-policy: seconds the acknowledgement and the hand-over of an episode add to its acting time.
+HAND_OVER_SECONDS = 0.01
 
 
 @dataclass(frozen=True)
@@ -92,6 +99,37 @@ class _TakeStatistics:
         """Count the episodes a take brought."""
         self.episodes += len(episodes)
         self.truncated += sum(episode.truncated for episode in episodes)
+
+
+class _HandOverTiming:
+    """
+    When the off-policy trainer lets an environment begin its next episode: as late as keeps the trainer from
+    waiting for it, so that the newest weights act it. Acknowledged as the episode is taken, it would be acted at
+    once by the weights of that moment, and trained on an episode's worth of gradient steps later (a worker acts a
+    200-step Pendulum episode in tens of milliseconds; SAC trains on it for seconds). The lead is the episode's own
+    acting time, times :data:`ACTING_TIME_MARGIN`, plus :data:`HAND_OVER_SECONDS`, at the pace the trainer took the
+    previous episode's steps (callbacks and training included).
+    """
+
+    def __init__(self) -> None:
+        self._taken: tuple[float, int] | None = None  # when the last episode was taken, and its length
+
+    def acknowledgement_step(self, episode: EpisodePacket, finished_previous_at: float) -> int:
+        """
+        :param episode: The episode just taken.
+        :param finished_previous_at: When the trainer had consumed the episode before it (``time.monotonic()``).
+        :return: The step of ``episode`` whose consumption lets its environment begin the next episode (0, at once,
+            until the trainer's pace is known).
+        """
+        previous, self._taken = self._taken, (time.monotonic(), episode.length)
+        if previous is None:
+            return 0
+        taken_at, length = previous
+        step_seconds = (finished_previous_at - taken_at) / length
+        if step_seconds <= 0:
+            return 0
+        lead = math.ceil((ACTING_TIME_MARGIN * episode.seconds + HAND_OVER_SECONDS) / step_seconds)
+        return max(0, episode.length - lead)
 
 
 class _AsyncAgent:
@@ -261,7 +299,7 @@ class _AsyncAgent:
 
     def _excluded_save_params(self) -> list[str]:
         # The collection is rebuilt by the next learn(): workers, and the episode under way off-policy.
-        return [*super()._excluded_save_params(), "_collector", "_env_routing", "_plan", "_episode"]  # type: ignore[misc]
+        return [*super()._excluded_save_params(), "_collector", "_env_routing", "_plan", "_episode", "_hand_over"]  # type: ignore[misc]
 
     def _timed_train(self, train: Any, *args: Any, **kwargs: Any) -> None:
         started = time.monotonic()
@@ -390,6 +428,8 @@ class _AsyncOffPolicy(_AsyncAgent):
             self.replay_buffer = one_column_replay_buffer(self.replay_buffer, getattr(self, "replay_buffer_kwargs", {}))
         self._episode: EpisodePacket | None = None
         self._episode_step = 0
+        self._acknowledgement_step: int | None = None  # of the episode under way; None once acknowledged
+        self._hand_over = _HandOverTiming()
 
     def collect_rollouts(  # noqa: PLR0917 - Stable-Baselines3's signature
         self,
@@ -439,10 +479,16 @@ class _AsyncOffPolicy(_AsyncAgent):
         """:return: The next transition of the stream."""
         if self._episode is None:
             self._take_statistics.record(collector)
-            self._episode = collector.next_episode()
+            finished_previous_at = time.monotonic()
+            self._episode = collector.next_episode(acknowledge=False)
             self._take_statistics.record_episodes([self._episode])
             self._episode_step = 0
+            self._acknowledgement_step = self._hand_over.acknowledgement_step(self._episode, finished_previous_at)
         episode, step = self._episode, self._episode_step
+        if self._acknowledgement_step is not None and step >= self._acknowledgement_step:
+            self._sync(collector, force=True)  # the next episode starts with the newest weights
+            collector.acknowledge_episode(episode)
+            self._acknowledgement_step = None
         done = step == episode.length - 1
         info = final_info(episode, collector.started_at) if done else episode.infos[step]
         if done:

@@ -63,10 +63,9 @@ class EpisodeAssembler:
     :param max_policy_lag: Episodes begun by weights more than this many versions behind :func:`current_version`
         are dropped (counted); None for no bound.
     :param current_version: The version of the trainer's weights now.
-    :param acknowledge: Called with each episode's stream item once it is in: when received, for rollouts; when the
-        trainer takes it (or it is dropped as stale), for episodes handed over one by one, so that an environment
-        has at most one episode between its worker and the trainer (which takes an episode about one episode's
-        training after its first action).
+    :param acknowledge: Called with each episode's stream item once it is in: when received, for rollouts; when it
+        is dropped as stale, for episodes handed over one by one (the trainer acknowledges those it takes, see
+        :meth:`take`).
     :param started_at: When collection started (Monitor's ``t``).
     """
 
@@ -106,11 +105,12 @@ class EpisodeAssembler:
         """Whether the next rollout or episode is ready (:meth:`take` returns it without waiting)."""
         return not self._ready.empty()
 
-    def take(self, raise_failure: Callable[[], None]) -> Rollout | EpisodePacket:
+    def take(self, raise_failure: Callable[[], None]) -> Rollout | StreamItem:
         """
         :param raise_failure: Raises the collection's failure, if any (checked while waiting).
-        :return: The next rollout or episode (waits for it; a rollout is counted in the statistics and built here,
-            on the caller's thread, if the trainer normalises).
+        :return: The next rollout, or off-policy the stream item of the next episode, not acknowledged (waits for
+            it; a rollout is counted in the statistics and built here, on the caller's thread, if the trainer
+            normalises).
         """
         while True:
             raise_failure()
@@ -120,8 +120,7 @@ class EpisodeAssembler:
                 continue
             self._taken.set()
             if isinstance(item, StreamItem):
-                self.acknowledge(item)
-                return item.value
+                return item
             return self.build(item.episodes) if isinstance(item, UncountedRollout) else item
 
     def train_rewards(self, packet: EpisodePacket) -> np.ndarray:
@@ -158,7 +157,7 @@ class EpisodeAssembler:
                     self.acknowledge(item)
                     continue
                 if self.rollout_spec is None:
-                    self._hand_over(item)  # acknowledged when the trainer takes it
+                    self._hand_over(item)  # acknowledged by the trainer
                     continue
                 self.acknowledge(item)
                 gathered.append(packet)

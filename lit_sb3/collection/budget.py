@@ -25,7 +25,8 @@ class InFlightBudget:
     end before ``E`` is received. ``B = (max_policy_lag - 2) K + 1`` is the most that keeps that within the bound
     (at least one episode per worker; without a bound: two rollouts' worth, enough to keep every environment of a
     slow-stepping worker busy). Off-policy, the trainer takes one episode at a time: each environment has at most
-    one episode begun that the trainer has not taken.
+    one episode begun that the trainer has not acknowledged (as it takes it, or near its end: see
+    :meth:`~lit_sb3.collection.collector.AsyncCollector.next_episode`).
 
     :param max_policy_lag: The collection's lag bound, in weight versions; None for none.
     :param target_steps: On-policy: steps of a rollout; None off-policy.

@@ -138,6 +138,7 @@ class AsyncCollector:
         self._acknowledgements: list[Future | None] = [None] * n_workers
         self._progress = progress
         self._lags: deque[int] = deque(maxlen=LAG_WINDOW)
+        self._unacknowledged: dict[tuple[int, int], StreamItem] = {}  # off-policy episodes taken, by (env, episode)
         self.trainer_wait_seconds = 0.0
         self.consumed_steps = 0
         self.assembler = EpisodeAssembler(
@@ -206,16 +207,36 @@ class AsyncCollector:
         self.consumed_steps += item.length
         return item
 
-    def next_episode(self) -> EpisodePacket:
-        """:return: The next episode, off-policy, counted in the ``VecNormalize`` statistics if any (waits for it;
-        raises a worker's failure)."""
+    def next_episode(self, *, acknowledge: bool = True) -> EpisodePacket:
+        """
+        :param acknowledge: Let the episode's environment begin its next episode now (each environment has at most
+            one episode between its worker and the trainer); False to do it later, with
+            :meth:`acknowledge_episode`, so that the next one is acted by newer weights.
+        :return: The next episode, off-policy, counted in the ``VecNormalize`` statistics if any (waits for it;
+            raises a worker's failure).
+        """
         item = self._take()
-        assert isinstance(item, EpisodePacket)
+        assert isinstance(item, StreamItem)
+        packet: EpisodePacket = item.value
         if self.statistics is not None:
-            self.statistics.count(item)
-        self._lags.append(self.version - item.first_version)
-        self.consumed_steps += item.length
-        return item
+            self.statistics.count(packet)
+        self._lags.append(self.version - packet.first_version)
+        self.consumed_steps += packet.length
+        if acknowledge:
+            self._acknowledge(item)
+        else:
+            self._unacknowledged[packet.env_index, packet.episode_index] = item
+        return packet
+
+    def acknowledge_episode(self, packet: EpisodePacket) -> None:
+        """
+        Let the environment of an episode taken with ``next_episode(acknowledge=False)`` begin its next episode.
+
+        :param packet: The episode (one of a collection closed since is ignored: its environment stopped with it).
+        """
+        item = self._unacknowledged.pop((packet.env_index, packet.episode_index), None)
+        if item is not None:
+            self._acknowledge(item)
 
     def env_call(self, call: EnvCall, env_indices: list[int]) -> list[Any]:
         """
@@ -294,7 +315,7 @@ class AsyncCollector:
         self.pool.close()
         self.board.close()
 
-    def _take(self) -> Rollout | EpisodePacket:
+    def _take(self) -> Rollout | StreamItem:
         started = time.monotonic()
         try:
             return self.assembler.take(self.raise_failure)

@@ -189,19 +189,24 @@ def test_episodes_dropped_for_want_of_room_free_their_place_in_flight() -> None:
 
 
 @pytest.mark.parametrize("use_mp", [False, True], ids=["threads", "processes"])
-def test_off_policy_workers_begin_an_episode_once_the_trainer_took_the_one_before(use_mp: bool) -> None:
+def test_off_policy_workers_begin_an_episode_as_the_trainer_nears_the_end_of_the_one_before(use_mp: bool) -> None:
     # One Pendulum (200-step episodes), one gradient step per step: the trainer is far slower than the worker.
     model = get_injected_agent(SAC)(
         "MlpPolicy", multi_env("Pendulum-v1", 1), use_mp=use_mp, learning_starts=100, seed=0
     )
     try:
-        model.learn(1_200)
+        model.learn(600)
+        model.learn(600, reset_num_timesteps=False)  # threads: a new collection, the episode under way goes on
         report = model.get_profiler_report()
     finally:
         model.shutdown()
-    # Each episode began when the trainer took the one before it, so it is taken one episode of training (200
-    # gradient steps) after its first action, give or take the weights' publication interval. A worker that begins
-    # episodes before the trainer took the one before runs ahead: about 550.
+    # An episode begins its acting time (twice over) before the trainer is done with the one before, at the
+    # trainer's pace, so it is taken a few gradient steps after its first action; the first one after the warm-up,
+    # whose pace was the warm-up's, about 200. An episode begun as the trainer takes the one before (so acted by
+    # weights an episode of training old) is taken about 200 gradient steps after its first action: a mean lag of
+    # about 150 over these episodes. A worker that begins episodes before the trainer took the one before runs
+    # further ahead: about 550.
+    assert report["policy"]["lag_mean"] <= 80
     assert report["policy"]["lag_max"] <= 250
     assert report["policy"]["version"] >= 1_000
 
