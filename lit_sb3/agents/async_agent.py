@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -46,6 +45,8 @@ Algorithm = TypeVar("Algorithm", bound=BaseAlgorithm)
 ACTING_TIME_MARGIN = 2.0
 #: Off-policy: seconds the acknowledgement and the hand-over of an episode add to its acting time.
 HAND_OVER_SECONDS = 0.01
+#: Off-policy: weight of the newest interval in the moving average of the trainer's seconds per transition.
+PACE_SMOOTHING = 0.05
 
 
 @dataclass(frozen=True)
@@ -106,30 +107,40 @@ class _HandOverTiming:
     When the off-policy trainer lets an environment begin its next episode: as late as keeps the trainer from
     waiting for it, so that the newest weights act it. Acknowledged as the episode is taken, it would be acted at
     once by the weights of that moment, and trained on an episode's worth of gradient steps later (a worker acts a
-    200-step Pendulum episode in tens of milliseconds; SAC trains on it for seconds). The lead is the episode's own
-    acting time, times :data:`ACTING_TIME_MARGIN`, plus :data:`HAND_OVER_SECONDS`, at the pace the trainer took the
-    previous episode's steps (callbacks and training included).
+    200-step Pendulum episode in tens of milliseconds; SAC trains on it for seconds).
+
+    The lead is the episode's own acting time, times :data:`ACTING_TIME_MARGIN`, plus :data:`HAND_OVER_SECONDS`, at
+    the trainer's pace: a moving average of the seconds between the transitions it takes once it trains (callbacks
+    and training included). Before it trains, its pace says nothing of what follows: an episode that ends within
+    the warm-up is acknowledged at once (random actions begin the next), any other at its last step until the pace
+    is known.
     """
 
     def __init__(self) -> None:
-        self._taken: tuple[float, int] | None = None  # when the last episode was taken, and its length
+        self._last_taken_at: float | None = None
+        self._step_seconds: float | None = None  # the moving average, once the trainer trains
 
-    def acknowledgement_step(self, episode: EpisodePacket, finished_previous_at: float) -> int:
+    def acknowledges(self, episode: EpisodePacket, step: int, warm_up_steps_left: int) -> bool:
         """
-        :param episode: The episode just taken.
-        :param finished_previous_at: When the trainer had consumed the episode before it (``time.monotonic()``).
-        :return: The step of ``episode`` whose consumption lets its environment begin the next episode (0, at once,
-            until the trainer's pace is known).
+        Call as the trainer takes each transition.
+
+        :param episode: The episode under way.
+        :param step: The step of it taken now.
+        :param warm_up_steps_left: Steps the trainer takes before its warm-up (``learning_starts``) ends.
+        :return: Whether to let the episode's environment begin its next episode now.
         """
-        previous, self._taken = self._taken, (time.monotonic(), episode.length)
-        if previous is None:
-            return 0
-        taken_at, length = previous
-        step_seconds = (finished_previous_at - taken_at) / length
-        if step_seconds <= 0:
-            return 0
-        lead = math.ceil((ACTING_TIME_MARGIN * episode.seconds + HAND_OVER_SECONDS) / step_seconds)
-        return max(0, episode.length - lead)
+        now = time.monotonic()
+        if warm_up_steps_left < 0 and self._last_taken_at is not None:  # it trained since the last one
+            seconds = now - self._last_taken_at
+            average = self._step_seconds
+            self._step_seconds = seconds if average is None else average + PACE_SMOOTHING * (seconds - average)
+        self._last_taken_at = now
+        remaining = episode.length - step
+        if remaining <= warm_up_steps_left or remaining == 1:
+            return True
+        if self._step_seconds is None:
+            return False
+        return remaining * self._step_seconds <= ACTING_TIME_MARGIN * episode.seconds + HAND_OVER_SECONDS
 
 
 class _AsyncAgent:
@@ -428,7 +439,7 @@ class _AsyncOffPolicy(_AsyncAgent):
             self.replay_buffer = one_column_replay_buffer(self.replay_buffer, getattr(self, "replay_buffer_kwargs", {}))
         self._episode: EpisodePacket | None = None
         self._episode_step = 0
-        self._acknowledgement_step: int | None = None  # of the episode under way; None once acknowledged
+        self._acknowledged = False  # the episode under way
         self._hand_over = _HandOverTiming()
 
     def collect_rollouts(  # noqa: PLR0917 - Stable-Baselines3's signature
@@ -479,16 +490,16 @@ class _AsyncOffPolicy(_AsyncAgent):
         """:return: The next transition of the stream."""
         if self._episode is None:
             self._take_statistics.record(collector)
-            finished_previous_at = time.monotonic()
             self._episode = collector.next_episode(acknowledge=False)
             self._take_statistics.record_episodes([self._episode])
             self._episode_step = 0
-            self._acknowledgement_step = self._hand_over.acknowledgement_step(self._episode, finished_previous_at)
+            self._acknowledged = False
         episode, step = self._episode, self._episode_step
-        if self._acknowledgement_step is not None and step >= self._acknowledgement_step:
+        warm_up_steps_left = self.learning_starts - self.num_timesteps
+        if self._hand_over.acknowledges(episode, step, warm_up_steps_left) and not self._acknowledged:
             self._sync(collector, force=True)  # the next episode starts with the newest weights
             collector.acknowledge_episode(episode)
-            self._acknowledgement_step = None
+            self._acknowledged = True
         done = step == episode.length - 1
         info = final_info(episode, collector.started_at) if done else episode.infos[step]
         if done:

@@ -196,18 +196,17 @@ def test_off_policy_workers_begin_an_episode_as_the_trainer_nears_the_end_of_the
     )
     try:
         model.learn(600)
-        model.learn(600, reset_num_timesteps=False)  # threads: a new collection, the episode under way goes on
+        model.learn(600, reset_num_timesteps=False)  # threads: a new collection, the pace kept
         report = model.get_profiler_report()
     finally:
         model.shutdown()
-    # An episode begins its acting time (twice over) before the trainer is done with the one before, at the
-    # trainer's pace, so it is taken a few gradient steps after its first action; the first one after the warm-up,
-    # whose pace was the warm-up's, about 200. An episode begun as the trainer takes the one before (so acted by
-    # weights an episode of training old) is taken about 200 gradient steps after its first action: a mean lag of
-    # about 150 over these episodes. A worker that begins episodes before the trainer took the one before runs
-    # further ahead: about 550.
-    assert report["policy"]["lag_mean"] <= 80
-    assert report["policy"]["lag_max"] <= 250
+    # An episode begins when the trainer, at its pace since it trains, is twice its acting time from the end of the
+    # one before, so it is taken a few gradient steps after its first action (measured: 1 to 4). An episode begun as
+    # the trainer takes the one before is taken about 200 gradient steps after its first action (one episode of
+    # training), and one begun on the warm-up's pace about 100; a worker that begins episodes before the trainer
+    # took the one before runs further ahead: about 550.
+    assert report["policy"]["lag_mean"] <= 20
+    assert report["policy"]["lag_max"] <= 50
     assert report["policy"]["version"] >= 1_000
 
 
