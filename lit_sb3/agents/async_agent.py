@@ -497,8 +497,7 @@ class _AsyncOffPolicy(_AsyncAgent):
         episode, step = self._episode, self._episode_step
         warm_up_steps_left = self.learning_starts - self.num_timesteps
         if self._hand_over.acknowledges(episode, step, warm_up_steps_left) and not self._acknowledged:
-            self._sync(collector, force=True)  # the next episode starts with the newest weights
-            collector.acknowledge_episode(episode)
+            collector.acknowledge_episode(episode)  # the weights of the last sync act it (weight_sync_interval)
             self._acknowledged = True
         done = step == episode.length - 1
         info = final_info(episode, collector.started_at) if done else episode.infos[step]
