@@ -439,7 +439,6 @@ class _AsyncOffPolicy(_AsyncAgent):
             self.replay_buffer = one_column_replay_buffer(self.replay_buffer, getattr(self, "replay_buffer_kwargs", {}))
         self._episode: EpisodePacket | None = None
         self._episode_step = 0
-        self._acknowledged = False  # the episode under way
         self._hand_over = _HandOverTiming()
 
     def collect_rollouts(  # noqa: PLR0917 - Stable-Baselines3's signature
@@ -493,12 +492,10 @@ class _AsyncOffPolicy(_AsyncAgent):
             self._episode = collector.next_episode(acknowledge=False)
             self._take_statistics.record_episodes([self._episode])
             self._episode_step = 0
-            self._acknowledged = False
         episode, step = self._episode, self._episode_step
         warm_up_steps_left = self.learning_starts - self.num_timesteps
-        if self._hand_over.acknowledges(episode, step, warm_up_steps_left) and not self._acknowledged:
+        if self._hand_over.acknowledges(episode, step, warm_up_steps_left):  # once: the collector forgets it
             collector.acknowledge_episode(episode)  # the weights of the last sync act it (weight_sync_interval)
-            self._acknowledged = True
         done = step == episode.length - 1
         info = final_info(episode, collector.started_at) if done else episode.infos[step]
         if done:

@@ -232,7 +232,8 @@ class AsyncCollector:
         """
         Let the environment of an episode taken with ``next_episode(acknowledge=False)`` begin its next episode.
 
-        :param packet: The episode (one of a collection closed since is ignored: its environment stopped with it).
+        :param packet: The episode (ignored if it was acknowledged already, or taken from a collection closed since:
+            its environment stopped with it).
         """
         item = self._unacknowledged.pop((packet.env_index, packet.episode_index), None)
         if item is not None:
