@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -213,3 +214,32 @@ def ars_weights(interrupt_round: int | None) -> np.ndarray:
 
 def test_learn_after_a_ctrl_c_collects_the_round_left_running_and_ends_as_an_uninterrupted_run() -> None:
     np.testing.assert_array_equal(ars_weights(interrupt_round=3), ars_weights(interrupt_round=None))
+
+
+def test_a_ctrl_c_as_the_collection_starts_its_assembler_leaves_no_worker_behind(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env
+
+    from lit_sb3.agents.async_agent import get_injected_agent
+    from lit_sb3.collection.assembler import EpisodeAssembler
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt  # the pool is up, the assembler not yet
+
+    threads_before = set(threading.enumerate())
+    agent = get_injected_agent(PPO)("MlpPolicy", make_vec_env("CartPole-v1", 2), use_mp=True, n_steps=32, batch_size=32)
+    try:
+        monkeypatch.setattr(EpisodeAssembler, "__init__", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            agent.learn(64)
+        monkeypatch.undo()
+        deadline = time.monotonic() + THREAD_GRACE
+        while not set(threading.enumerate()) <= threads_before:  # the pool's dispatcher and writers ended
+            assert time.monotonic() < deadline, sorted(thread.name for thread in threading.enumerate())
+            time.sleep(0.05)
+        agent.learn(64)  # and the agent starts its collection again
+        assert agent.num_timesteps == 64
+    finally:
+        agent.shutdown()

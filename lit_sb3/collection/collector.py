@@ -124,35 +124,43 @@ class AsyncCollector:
             stream_capacity=max_episodes_in_buffer,
             put_timeout=queue_put_timeout,
         )
-        publishers = (self.pool.backend.array_publisher(), self.pool.backend.array_publisher())
-        self.board = WeightBoard(publishers, weight_sync_interval, initial_version)
-        self.stream: Stream = self.pool.stream_tasks(
-            "collect",
-            [(index,) for index in range(n_envs)],
-            labels=[f"env {index}" for index in range(n_envs)],
-            capacities=[max_envs] * n_workers,
-        )
-        self.started_at = time.monotonic()
-        self.version = initial_version  # of the trainer's weights, as last told
-        self._publications: list[Future] = []
-        self._acknowledgements: list[Future | None] = [None] * n_workers
-        self._progress = progress
-        self._lags: deque[int] = deque(maxlen=LAG_WINDOW)
-        self._unacknowledged: dict[tuple[int, int], StreamItem] = {}  # off-policy episodes taken, by (env, episode)
-        self.trainer_wait_seconds = 0.0
-        self.consumed_steps = 0
-        self.assembler = EpisodeAssembler(
-            self.stream,
-            n_workers,
-            rollout_spec=rollout,
-            lockstep_envs=n_envs if self.lockstep else None,
-            spaces_=(env.observation_space, env.action_space),
-            statistics=self.statistics,
-            max_policy_lag=max_policy_lag,
-            current_version=lambda: self.version,
-            acknowledge=self._acknowledge,
-            started_at=self.started_at,
-        )
+        board: WeightBoard | None = None
+        try:  # from here on the pool (and the board) are ours to close, also on a Ctrl-C
+            publishers = (self.pool.backend.array_publisher(), self.pool.backend.array_publisher())
+            self.board = board = WeightBoard(publishers, weight_sync_interval, initial_version)
+            self.stream: Stream = self.pool.stream_tasks(
+                "collect",
+                [(index,) for index in range(n_envs)],
+                labels=[f"env {index}" for index in range(n_envs)],
+                capacities=[max_envs] * n_workers,
+            )
+            self.started_at = time.monotonic()
+            self.version = initial_version  # of the trainer's weights, as last told
+            self._publications: list[Future] = []
+            self._acknowledgements: list[Future | None] = [None] * n_workers
+            self._progress = progress
+            self._lags: deque[int] = deque(maxlen=LAG_WINDOW)
+            # Off-policy episodes taken and not acknowledged, by (env, episode).
+            self._unacknowledged: dict[tuple[int, int], StreamItem] = {}
+            self.trainer_wait_seconds = 0.0
+            self.consumed_steps = 0
+            self.assembler = EpisodeAssembler(
+                self.stream,
+                n_workers,
+                rollout_spec=rollout,
+                lockstep_envs=n_envs if self.lockstep else None,
+                spaces_=(env.observation_space, env.action_space),
+                statistics=self.statistics,
+                max_policy_lag=max_policy_lag,
+                current_version=lambda: self.version,
+                acknowledge=self._acknowledge,
+                started_at=self.started_at,
+            )
+        except BaseException:
+            self.pool.close()
+            if board is not None:
+                board.close()
+            raise
 
     # ------------------------------------------------------------------------------------------- trainer side
 

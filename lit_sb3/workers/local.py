@@ -23,6 +23,9 @@ from lit_sb3.workers.worker import run_worker
 BASE_PRELOAD = ("torch", "threadpoolctl", "lit_sb3.workers.local")
 #: Seconds a writer thread gets to finish when its worker is released.
 WRITER_JOIN_TIMEOUT = 1.0
+#: Seconds between a writer thread's checks that its worker is alive while it has nothing to send (a worker whose
+#: handle was never released, e.g. after a Ctrl-C while its pool started, still lets its writer end).
+WRITER_IDLE_CHECK = 1.0
 #: How often a worker checks that the process that started it is still alive (seconds).
 PARENT_CHECK_INTERVAL = 0.5
 
@@ -105,8 +108,20 @@ class LocalWorker(WorkerHandle):
     def send(self, message: Any) -> None:
         self._outbox.put(message)
 
+    def _next_message(self) -> Any:
+        """:return: The next message to send; None when released, or when the worker ended."""
+        while True:
+            try:
+                return self._outbox.get(timeout=WRITER_IDLE_CHECK)
+            except queue.Empty:
+                try:
+                    if wait([self.process.sentinel], 0):
+                        return None
+                except ValueError:  # the process object was closed
+                    return None
+
     def _write(self) -> None:
-        while (message := self._outbox.get()) is not None:
+        while (message := self._next_message()) is not None:
             # What the dispatcher sent meanwhile goes in one write (a worker's tasks arrive together, not one by one
             # while the first already runs).
             batch = [message]

@@ -246,19 +246,25 @@ class WorkerPool:
         self._broken: BaseException | None = None
         self._jobs: list[_Job] = []
         self._slots: list[_Slot] = []
-        try:
+        self._dispatcher = threading.Thread(target=self._dispatch, name="lit-sb3-pool-dispatcher", daemon=True)
+        try:  # a failure or a Ctrl-C at any point leaves no worker, and no dispatcher, behind
             for index, factory in enumerate(self._factories):
                 self._slots.append(_Slot(self._backend.start_worker(index, factory)))
             started = self._wait_until_ready()
+            self.slot_counts = [slot_count for slot_count, _ in started]
+            self.descriptions = [description for _, description in started]
+            _live_pools.add(self)
+            self._dispatcher.start()
         except BaseException:
-            self._kill_all()
-            self._backend.close()
+            while self._dispatcher in threading.enumerate() and not self._dispatcher.is_alive():
+                time.sleep(0.001)  # a Ctrl-C came as it started: it runs in a moment
+            if self._dispatcher.is_alive():
+                self.close()
+            else:
+                _live_pools.discard(self)
+                self._kill_all()
+                self._backend.close()
             raise
-        self.slot_counts = [slot_count for slot_count, _ in started]
-        self.descriptions = [description for _, description in started]
-        _live_pools.add(self)
-        self._dispatcher = threading.Thread(target=self._dispatch, name="lit-sb3-pool-dispatcher", daemon=True)
-        self._dispatcher.start()
 
     # ----------------------------------------------------------------------------------------------- public API
 

@@ -380,6 +380,27 @@ def test_close_during_a_stream_ends_it_and_leaves_nothing_behind(backend_name: s
     wait_until(lambda: set(threading.enumerate()) <= threads_before, timeout=10)  # processes: see conftest
 
 
+@pytest.mark.parametrize("thread_name", ["lit-sb3-pool-dispatcher", "lit-sb3-writer-1"])
+def test_a_ctrl_c_as_a_pool_starts_a_thread_leaves_nothing_behind(
+    thread_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C just after a thread of the pool started (``Thread.start`` raises once the thread runs): the
+    dispatcher, or the writer of worker 1 whose handle the pool never received."""
+    threads_before = set(threading.enumerate())
+    start = threading.Thread.start
+
+    def interrupted_start(thread: threading.Thread) -> None:
+        start(thread)
+        if thread.name.startswith(thread_name):
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(threading.Thread, "start", interrupted_start)
+    with pytest.raises(KeyboardInterrupt):
+        counting_pool("processes")
+    monkeypatch.undo()
+    wait_until(lambda: set(threading.enumerate()) <= threads_before, timeout=10)  # processes: see conftest
+
+
 def test_stream_get_times_out_with_queue_empty(pool: WorkerPool) -> None:
     stream = pool.stream_tasks("forever", [(5.0,)], labels=["slow"], capacities=[1, 1])
     with pytest.raises(queue.Empty):
