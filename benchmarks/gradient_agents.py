@@ -3,8 +3,9 @@
 Every configuration trains the same algorithm with the same hyper-parameters, in one process, one after the other
 for each seed (so machine load shifts hit all of them alike); the table gives medians over the seeds. Times run
 from building the model (``SubprocVecEnv`` starts its processes there, async collection when it first learns) to
-the end of ``learn()``. ``lit_sb3 threads`` and ``lit_sb3 processes`` run at default arguments (``use_mp`` aside);
-``lit_sb3 reproducible processes`` is the on-policy mode whose runs are identical for a seed.
+the end of ``learn()``. ``lit_sb3 threads`` and ``lit_sb3 processes`` run at default arguments (``use_mp``
+aside), on the plain ``DummyVecEnv`` rows' environment (an SB3 user's drop-in; async-gym-agents takes its
+``IndexableMultiEnv``); ``lit_sb3 reproducible processes`` is the on-policy mode whose runs are identical for a seed.
 
 - PPO CartPole-v1, 8 envs, 2048 steps per rollout: env steps/s, and the most async collection can give, total steps
   / (plain SB3's time in ``train()`` alone); wall time until the mean return of the last 20 episodes reaches 475.
@@ -50,7 +51,6 @@ from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
 from lit_sb3.agents.async_agent import get_injected_agent
 from lit_sb3.cli.bench_results import RESULTS_FOLDER, Column, LoadSampler, Table, new_result, save_result
-from lit_sb3.envs.multi_env import IndexableMultiEnv
 
 
 class SleepyCartPole(CartPoleEnv):
@@ -149,7 +149,8 @@ def make_model(case: Case, configuration: str, seed: int) -> tuple[BaseAlgorithm
     """:return: The model of a configuration and what releases it."""
     fns: list[Callable[[], gym.Env]] = [partial(monitored, case.env_fn) for _ in range(case.n_envs)]
     kwargs = {**case.kwargs, "seed": seed, "verbose": 0}
-    # An IndexableMultiEnv counts as one environment (as in async-gym-agents): n_steps is the whole rollout.
+    # lit_sb3 takes the plain SB3 rows' DummyVecEnv; async-gym-agents takes its IndexableMultiEnv, which counts as one
+    # environment: n_steps is the whole rollout.
     multi_env_kwargs = {**kwargs, "n_steps": kwargs["n_steps"] * case.n_envs} if "n_steps" in kwargs else kwargs
     if configuration == "SB3 DummyVecEnv":
         model = case.algorithm("MlpPolicy", DummyVecEnv(fns), **kwargs)
@@ -163,9 +164,7 @@ def make_model(case: Case, configuration: str, seed: int) -> tuple[BaseAlgorithm
         injected = get_injected_agent(case.algorithm)
         extra = {"n_workers": n_workers} if n_workers is not None else {}
         reproducible = "reproducible" in configuration
-        model = injected(
-            "MlpPolicy", IndexableMultiEnv(fns), use_mp=use_mp, reproducible=reproducible, **extra, **multi_env_kwargs
-        )
+        model = injected("MlpPolicy", DummyVecEnv(fns), use_mp=use_mp, reproducible=reproducible, **extra, **kwargs)
         return model, model.shutdown
     from async_gym_agents.agents.async_agent import get_injected_agent as reference_agent
     from async_gym_agents.envs.multi_env import IndexableMultiEnv as ReferenceMultiEnv

@@ -401,9 +401,10 @@ def test_train_ppo_with_async_collection(capsys: pytest.CaptureFixture[str], tmp
     episodes = read_rounds(stem.with_suffix(".csv"))
     assert [row["episode"] for row in episodes] == list(range(1, len(episodes) + 1))
     steps = [row["env_steps"] for row in episodes]
-    assert steps == sorted(steps) and steps[-1] == model.num_timesteps >= 200
+    assert model.num_timesteps == 256  # learn(200): four rollouts of n_steps * n_envs = 64 steps, as in SB3
+    assert steps == sorted(steps) and steps[-1] <= model.num_timesteps
     assert all(row["episode_return"] == row["episode_length"] for row in episodes)  # raw rewards: 1 a step
-    assert sum(row["episode_length"] for row in episodes) == model.num_timesteps  # rollouts are whole episodes
+    assert sum(row["episode_length"] for row in episodes) <= model.num_timesteps  # the last rollout cut an episode
     import matplotlib.image
 
     image = matplotlib.image.imread(stem.with_suffix(".png"))
@@ -475,9 +476,8 @@ def test_interrupted_gradient_training_stops_its_workers_and_is_saved(
         *["--total-timesteps", "100000", "--save", str(tmp_path / "m"), "--no-progress-bar"],
     )
     episodes = read_rounds(tmp_path / "m.csv")
-    steps = int(episodes[-1]["env_steps"])
-    assert status == 130 and err == f"lit-sb3 train: interrupted after {steps} env steps; saving\n"
-    assert PPO.load(tmp_path / "m.zip").num_timesteps == steps >= 64
+    assert status == 130 and err == "lit-sb3 train: interrupted after 64 env steps; saving\n"  # two rollouts
+    assert PPO.load(tmp_path / "m.zip").num_timesteps == 64 >= int(episodes[-1]["env_steps"])
     assert set(threading.enumerate()) <= threads  # shut down: the worker thread (and its helpers) are gone
     assert "PPO (async collection) (interrupted)" in out and (tmp_path / "m.png").is_file()
 

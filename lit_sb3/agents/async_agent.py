@@ -36,6 +36,7 @@ from lit_sb3.collection.collector import WORKER_PRELOAD
 from lit_sb3.collection.envs import EnvFactory, WorkerEnvRouting, collection_env_fns
 from lit_sb3.collection.lag_correction import LagCorrection, check_lag_correction, correct_for_policy_lag
 from lit_sb3.collection.observations import select, stack
+from lit_sb3.envs.multi_env import IndexableMultiEnv
 from lit_sb3.workers.choice import BackendChoice
 
 Algorithm = TypeVar("Algorithm", bound=BaseAlgorithm)
@@ -335,6 +336,8 @@ class _AsyncAgent:
             self._base_seed(),
             lockstep=self.reproducible,
             n_collection_envs=len(env_fns),
+            # async-gym-agents' semantics for its own class: rollouts of whole episodes.
+            split_episodes=not isinstance(self.env.unwrapped, IndexableMultiEnv),
         )
         self._collector = AsyncCollector(
             self.env,

@@ -14,7 +14,7 @@ import numpy as np
 from gymnasium import spaces
 
 from lit_sb3.collection.episodes import EpisodePacket
-from lit_sb3.collection.rollout import Rollout, RolloutSpec, build_rollout
+from lit_sb3.collection.rollout import EpisodeSegment, Rollout, RolloutSpec, build_rollout
 from lit_sb3.collection.statistics import NormalizationStatistics
 from lit_sb3.workers.stream import Stream, StreamItem
 
@@ -25,12 +25,13 @@ WAIT_SLICE = 0.05
 @dataclass(frozen=True)
 class UncountedRollout:
     """
-    The episodes of an on-policy rollout, not yet counted in the trainer's ``VecNormalize`` statistics.
+    The episodes (or parts of them) of an on-policy rollout, not yet counted in the trainer's ``VecNormalize``
+    statistics.
 
-    :param episodes: The episodes, in the order they are concatenated.
+    :param segments: The segments, in the order they are concatenated.
     """
 
-    episodes: list[EpisodePacket]
+    segments: list[EpisodeSegment]
 
 
 @dataclass
@@ -121,21 +122,28 @@ class EpisodeAssembler:
             self._taken.set()
             if isinstance(item, StreamItem):
                 return item
-            return self.build(item.episodes) if isinstance(item, UncountedRollout) else item
+            return self.build(item.segments) if isinstance(item, UncountedRollout) else item
 
-    def train_rewards(self, packet: EpisodePacket) -> np.ndarray:
+    def train_rewards(self, segment: EpisodeSegment) -> np.ndarray:
         """
-        Count an episode in the ``VecNormalize`` statistics (if they are being trained).
+        Count a rollout's segment of an episode in the ``VecNormalize`` statistics (if they are being trained).
 
-        :param packet: The episode, as it is consumed.
-        :return: Its training rewards, normalised as ``VecNormalize`` would (with the time-limit bootstrap).
+        :param segment: The segment, as it is consumed.
+        :return: Its training rewards, normalised as ``VecNormalize`` would (with the time-limit bootstrap, or the
+            bootstrap at the cut).
         """
-        normalized = self.statistics.count(packet) if self.statistics is not None else None
+        spec = self.rollout_spec
+        assert spec is not None
+        packet = segment.packet
+        normalized = self.statistics.count(packet, segment.start, segment.stop) if self.statistics is not None else None
         if normalized is None:
-            return packet.train_rewards
-        if self.rollout_spec is not None:
-            normalized[-1] += self.rollout_spec.gamma * packet.terminal_value
-        return normalized
+            return segment.train_rewards(packet.train_rewards, spec.gamma)
+        if segment.ends_episode:
+            normalized[-1] += spec.gamma * packet.terminal_value
+            return normalized
+        whole = np.zeros(packet.length, dtype=np.float32)
+        whole[segment.start : segment.stop] = normalized
+        return segment.train_rewards(whole, spec.gamma)
 
     def stop(self) -> None:
         """Stop the thread (once the stream is cancelled, it ends within a wait slice)."""
@@ -149,7 +157,7 @@ class EpisodeAssembler:
             if self.lockstep_envs is not None:
                 self._assemble_lockstep(self.lockstep_envs)
                 return
-            gathered: list[EpisodePacket] = []
+            gathered: list[EpisodeSegment] = []
             steps = 0
             for item in self._packets():
                 packet: EpisodePacket = item.value
@@ -160,11 +168,16 @@ class EpisodeAssembler:
                     self._hand_over(item)  # acknowledged by the trainer
                     continue
                 self.acknowledge(item)
-                gathered.append(packet)
+                gathered.append(EpisodeSegment.whole(packet))
                 steps += packet.length
-                if steps >= self.rollout_spec.target_steps:
+                while steps >= self.rollout_spec.target_steps:
+                    excess = steps - self.rollout_spec.target_steps if self.rollout_spec.split_episodes else 0
+                    rest: list[EpisodeSegment] = []
+                    if excess:  # the last episode's steps beyond the target begin the next rollout
+                        head, tail = gathered[-1].split(gathered[-1].length - excess)
+                        gathered[-1], rest = head, [tail]
                     self._hand_over(self.build(gathered) if self.statistics is None else UncountedRollout(gathered))
-                    gathered, steps = [], 0
+                    gathered, steps = rest, excess
                     # One rollout ahead, no more: the next one starts once the trainer took this one.
                     while not self._taken.wait(WAIT_SLICE) and not self._stopping.is_set():
                         pass
@@ -185,7 +198,7 @@ class EpisodeAssembler:
             while closed.get(next_rollout, 0) == n_envs:
                 episodes = sorted(bins.pop(next_rollout), key=lambda p: (p.env_index, p.episode_index))
                 del closed[next_rollout]
-                self._hand_over(self.build(episodes))
+                self._hand_over(self.build([EpisodeSegment.whole(packet) for packet in episodes]))
                 next_rollout += 1
 
     def _stale(self, packet: EpisodePacket) -> bool:
@@ -218,17 +231,17 @@ class EpisodeAssembler:
             except queue.Full:
                 continue
 
-    def build(self, episodes: list[EpisodePacket]) -> Rollout:
+    def build(self, segments: list[EpisodeSegment]) -> Rollout:
         """
-        :param episodes: An on-policy rollout's episodes (counted in the statistics now, if any).
+        :param segments: An on-policy rollout's episodes or parts of them (counted in the statistics now, if any).
         :return: The rollout, with its returns and advantages.
         """
         spec = self.rollout_spec
         assert spec is not None
-        train_rewards = [self.train_rewards(packet) for packet in episodes]
+        train_rewards = [self.train_rewards(segment) for segment in segments]
         observation_space, action_space = self.spaces
         return build_rollout(
-            episodes,
+            segments,
             train_rewards,
             spec,
             observation_space=observation_space,

@@ -53,7 +53,13 @@ class CollectionPlan:
 
     @classmethod
     def for_algorithm(
-        cls, algorithm: BaseAlgorithm, base_seed: int, *, lockstep: bool = False, n_collection_envs: int | None = None
+        cls,
+        algorithm: BaseAlgorithm,
+        base_seed: int,
+        *,
+        lockstep: bool = False,
+        n_collection_envs: int | None = None,
+        split_episodes: bool = False,
     ) -> CollectionPlan:
         """
         :param algorithm: The SB3 algorithm whose collection is planned (with its env set).
@@ -62,6 +68,8 @@ class CollectionPlan:
             ``n_steps * n_envs`` steps (see :mod:`lit_sb3.collection.lockstep`).
         :param n_collection_envs: Environments the workers step; by default the algorithm's ``n_envs`` (an
             ``IndexableMultiEnv`` counts as one environment for the algorithm but holds several).
+        :param split_episodes: On-policy, free-running: rollouts of exactly ``n_steps * n_envs`` steps, the episode
+            that crosses that cut there (Stable-Baselines3's rollout size); False: whole episodes.
         :return: The plan.
         """
         check_supported(type(algorithm))
@@ -83,7 +91,13 @@ class CollectionPlan:
             target_steps = algorithm.n_steps * algorithm.n_envs
             steps_per_env = -(-target_steps // (n_collection_envs or algorithm.n_envs))
             acting = ActingSpec(on_policy=True, lockstep_steps=steps_per_env if lockstep else None, **shared)
-            rollout = RolloutSpec(target_steps, algorithm.gamma, algorithm.gae_lambda, algorithm.device)
+            rollout = RolloutSpec(
+                target_steps,
+                algorithm.gamma,
+                algorithm.gae_lambda,
+                algorithm.device,
+                split_episodes=split_episodes and not lockstep,
+            )
             return cls(algorithm, acting, rollout)
         if lockstep:
             raise ValueError("lockstep (reproducible) collection is for on-policy algorithms")

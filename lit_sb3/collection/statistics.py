@@ -32,31 +32,39 @@ class NormalizationStatistics:
             obs_rms: ObservationStatistics = copy.deepcopy(self.normalize.obs_rms)
         return obs_rms
 
-    def count(self, packet: EpisodePacket) -> np.ndarray | None:
+    def count(self, packet: EpisodePacket, start: int = 0, stop: int | None = None) -> np.ndarray | None:
         """
-        Count the episode in the statistics (if they are being trained).
+        Count steps ``start`` to ``stop`` of an episode in the statistics (if they are being trained), as
+        ``VecNormalize`` counts them: its running discounted return goes on from the episode's earlier steps.
 
         :param packet: The episode.
-        :return: Its rewards normalised as ``VecNormalize`` would, if it trains reward statistics; else None.
+        :param start: Its first step counted now.
+        :param stop: The step after the last one counted now (None: the episode's end).
+        :return: The rewards of those steps normalised as ``VecNormalize`` would, if it trains reward statistics;
+            else None.
         """
         normalize = self.normalize
         if not normalize.training:
             return None
+        rows = slice(start, packet.length if stop is None else stop)
         with self._lock:
             if normalize.norm_obs:
                 observations = packet.observations
                 if isinstance(observations, dict):
                     assert isinstance(normalize.obs_rms, dict)
                     for key, statistics in normalize.obs_rms.items():
-                        statistics.update(observations[key][:-1])
+                        statistics.update(observations[key][rows])
                 else:
-                    normalize.obs_rms.update(observations[:-1])
+                    normalize.obs_rms.update(observations[rows])
             if not normalize.norm_reward:
                 return None
-            discounted = np.empty(packet.length)
             running = 0.0
-            for step, reward in enumerate(packet.rewards):
+            for reward in packet.rewards[:start]:
+                running = running * normalize.gamma + float(reward)
+            rewards = packet.rewards[rows]
+            discounted = np.empty(len(rewards))
+            for step, reward in enumerate(rewards):
                 running = running * normalize.gamma + float(reward)
                 discounted[step] = running
             normalize.ret_rms.update(discounted)
-            return normalize.normalize_reward(packet.rewards).astype(np.float32)
+            return normalize.normalize_reward(rewards).astype(np.float32)

@@ -52,11 +52,6 @@ UPSTREAMS = (STABLE_BASELINES3, SB3_CONTRIB)
 #: Where the workers of the injected agents run in each mode of the harness.
 MODES = ("threads", "processes")
 
-WHOLE_EPISODES = (
-    "asserts num_timesteps == n_steps after learn(n_steps): an on-policy rollout of the injected agents is whole "
-    "episodes, at least n_steps * n_envs steps (the last episode takes it beyond); the test's other checks are "
-    "tests/agents/test_set_env.py's"
-)
 SUBPROCESS_VEC_ENV = (
     "learns on a SubprocVecEnv, which the injected agents refuse at construction by design: its environments live "
     "in its own processes, out of the collection workers' reach (the error says to pass make_vec_env's DummyVecEnv, "
@@ -79,8 +74,6 @@ EXCEPTIONS: dict[str, str] = {
         "seed 0's exact trajectory only (plain DQN on seeds 0, 1, 2: 0.92, 0.62, 0.14; injected, worker threads: "
         "0.54, 0.26, 0.68): under async collection timing decides which weights act, so no seed replays that run"
     ),
-    "stable-baselines3/test_save_load.py::test_set_env[[]PPO[]]": WHOLE_EPISODES,
-    "stable-baselines3/test_save_load.py::test_set_env[[]A2C[]]": WHOLE_EPISODES,
     "sb3-contrib/test_run.py::test_ars*": (
         "ARS is an evolution strategy, not a gradient agent: get_injected_agent does not apply; lit_sb3's AsyncEval "
         "is its drop-in (tests/test_sb3_contrib_compat.py)"
