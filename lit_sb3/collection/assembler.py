@@ -137,13 +137,10 @@ class EpisodeAssembler:
         packet = segment.packet
         normalized = self.statistics.count(packet, segment.start, segment.stop) if self.statistics is not None else None
         if normalized is None:
-            return segment.train_rewards(packet.train_rewards, spec.gamma)
+            return segment.train_rewards(packet.train_rewards[segment.start : segment.stop], spec.gamma)
         if segment.ends_episode:
             normalized[-1] += spec.gamma * packet.terminal_value
-            return normalized
-        whole = np.zeros(packet.length, dtype=np.float32)
-        whole[segment.start : segment.stop] = normalized
-        return segment.train_rewards(whole, spec.gamma)
+        return segment.train_rewards(normalized, spec.gamma)
 
     def stop(self) -> None:
         """Stop the thread (once the stream is cancelled, it ends within a wait slice)."""

@@ -78,12 +78,12 @@ class EpisodeSegment:
 
     def train_rewards(self, rewards: np.ndarray, gamma: float) -> np.ndarray:
         """
-        :param rewards: The episode's training rewards, all of them (with the time-limit bootstrap if truncated).
+        :param rewards: The segment's training rewards (with the time-limit bootstrap if it ends a truncated episode).
         :param gamma: Discount.
-        :return: The segment's, its last one bootstrapped with ``gamma * V(observation at the cut)`` if the episode
-            goes on after it.
+        :return: A copy, its last one bootstrapped with ``gamma * V(observation at the cut)`` if the episode goes on
+            after the segment.
         """
-        segment = np.array(rewards[self.start : self.stop], dtype=np.float32)
+        segment = np.array(rewards, dtype=np.float32)
         if not self.ends_episode:
             assert self.packet.values is not None  # on-policy episodes have values
             segment[-1] += gamma * self.packet.values[self.stop]
@@ -175,6 +175,12 @@ def _acted_observations(segment: EpisodeSegment) -> Observations:
     return select(packet.acted_observations if packet.acted_observations is not None else packet.observations, rows)
 
 
+def _joined(segments: list[EpisodeSegment], name: str) -> np.ndarray:
+    """:return: The per-step array ``name`` of the episodes (``actions``, ``rewards``...), their segments' rows
+    concatenated."""
+    return np.concatenate([getattr(segment.packet, name)[segment.start : segment.stop] for segment in segments])
+
+
 def build_rollout(
     segments: list[EpisodeSegment],
     train_rewards: list[np.ndarray],
@@ -199,7 +205,7 @@ def build_rollout(
     length = sum(lengths)
     arguments = {"device": spec.device, "gamma": spec.gamma, "gae_lambda": spec.gae_lambda, "n_envs": 1}
     observations = concatenate([_acted_observations(segment) for segment in segments])
-    actions = np.concatenate([segment.packet.actions[segment.start : segment.stop] for segment in segments])
+    actions = _joined(segments, "actions")
     buffer: RolloutBuffer | DictRolloutBuffer
     if isinstance(observation_space, spaces.Dict):
         buffer = DictRolloutBuffer(length, observation_space, action_space, **arguments)
@@ -212,11 +218,8 @@ def build_rollout(
         buffer.observations[:, 0] = observations.reshape(buffer.observations[:, 0].shape)
     buffer.actions[:, 0] = actions.reshape(length, -1)
     buffer.rewards[:, 0] = np.concatenate(train_rewards)
-    for name in ("values", "log_probs"):
-        columns = [getattr(segment.packet, name) for segment in segments]
-        getattr(buffer, name)[:, 0] = np.concatenate(
-            [column[segment.start : segment.stop] for column, segment in zip(columns, segments, strict=True)]
-        )
+    buffer.values[:, 0] = _joined(segments, "values")
+    buffer.log_probs[:, 0] = _joined(segments, "log_probs")
     ends = np.cumsum(lengths) - 1
     buffer.episode_starts[ends + 1 - lengths, 0] = 1.0  # segment starts: nothing flows across them
     dones = np.zeros(length, dtype=bool)
@@ -235,6 +238,6 @@ def build_rollout(
     new_observations = concatenate(
         [select(segment.packet.observations, slice(segment.start + 1, segment.stop + 1)) for segment in segments]
     )
-    rewards = np.concatenate([segment.packet.rewards[segment.start : segment.stop] for segment in segments])
+    rewards = _joined(segments, "rewards")
     episodes = [segment.packet for segment in segments if segment.ends_episode]
     return Rollout(buffer, episodes, rewards, dones, infos, new_observations, actions)

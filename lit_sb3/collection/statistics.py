@@ -58,13 +58,9 @@ class NormalizationStatistics:
                     normalize.obs_rms.update(observations[rows])
             if not normalize.norm_reward:
                 return None
-            running = 0.0
-            for reward in packet.rewards[:start]:
+            running, discounted = 0.0, []
+            for reward in packet.rewards[: rows.stop]:
                 running = running * normalize.gamma + float(reward)
-            rewards = packet.rewards[rows]
-            discounted = np.empty(len(rewards))
-            for step, reward in enumerate(rewards):
-                running = running * normalize.gamma + float(reward)
-                discounted[step] = running
-            normalize.ret_rms.update(discounted)
-            return normalize.normalize_reward(rewards).astype(np.float32)
+                discounted.append(running)
+            normalize.ret_rms.update(np.array(discounted[start:]))
+            return normalize.normalize_reward(packet.rewards[rows]).astype(np.float32)

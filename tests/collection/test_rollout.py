@@ -48,7 +48,9 @@ def episode(rng: np.random.Generator, env_index: int, length: int, *, truncated:
 
 def rollout_of(segments: list[EpisodeSegment]) -> Rollout:
     spec = RolloutSpec(sum(segment.length for segment in segments), GAMMA, LAMBDA, "cpu", split_episodes=True)
-    rewards = [segment.train_rewards(segment.packet.train_rewards, GAMMA) for segment in segments]
+    rewards = [
+        segment.train_rewards(segment.packet.train_rewards[segment.start : segment.stop], GAMMA) for segment in segments
+    ]
     return build_rollout(
         segments, rewards, spec, observation_space=OBSERVATION_SPACE, action_space=ACTION_SPACE, started_at=0.0
     )
