@@ -951,6 +951,7 @@ STUDY_COLUMNS = [
     Column("cpu_to_threshold", "CPU-seconds to threshold: median (IQR)", ".0f"),
     Column("return_at_budget", "return at fixed budget (median)", ".0f"),
     Column("fixed_budget", "fixed budget"),
+    Column("final_return", "return at the end of the run (median)", ".0f"),
     Column("train_rate_alone", "train steps/s alone", ",.0f"),
     Column("wall_at_rate", "wall time to threshold at that rate (s): median (IQR)", ".0f"),
 ]
@@ -962,7 +963,8 @@ def study_table(records: list[dict[str, Any]], rates: dict[tuple[str, str], floa
     :param rates: Training steps per second measured alone, by (task, configuration).
     :return: One row per (task, configuration): seeds that reached the threshold, the quartiles of their env steps,
         wall time and CPU-seconds to it (runs without a CPU measure left out of that column), the median return at
-        the task's fixed budget, and the wall time the steps would take at the configuration's rate.
+        the task's fixed budget and at the end of the runs, and the wall time the steps would take at the
+        configuration's rate.
     """
     table = Table(STUDY_COLUMNS)
     for (task_name, config_name), group in group_records(records).items():
@@ -986,6 +988,7 @@ def study_table(records: list[dict[str, Any]], rates: dict[tuple[str, str], floa
                 "cpu_to_threshold": quartile_figures(cpu),
                 "return_at_budget": round(statistics.median(fixed_returns)) if fixed_returns else None,
                 "fixed_budget": f"{fixed / 1e6:g}M",
+                "final_return": round(statistics.median(r["curve"][-1][2] for r in group)),
                 "train_rate_alone": rate,
                 "wall_at_rate": None if rate is None else quartile_figures([value / rate for value in steps]),
             }

@@ -166,11 +166,12 @@ def choices(result: Result) -> Table:
     """
     :return: Per task of a learning study, lit_sb3's configuration with the fewest median env steps to the threshold
         among the reliable ones (at least 3 seeds run and 4 in 5 of them at the threshold), then among the others by
-        the same median, the share of seeds at the threshold and the median return at the fixed budget; and the next
-        one.
+        the same median, the share of seeds at the threshold and the median return at the end of their runs (a
+        configuration run longer may come first: it is the best policy found); and the next one.
     """
     columns = [Column("task", "task"), Column("choose", "choose"), Column("reached", "seeds at threshold")]
-    columns += [Column("steps", "env steps to threshold: median (IQR)", ",.0f"), Column("next", "next best")]
+    columns += [Column("steps", "env steps to threshold: median (IQR)", ",.0f")]
+    columns += [Column("final", "return at the end of the runs (median)"), Column("next", "next best")]
     table = Table(columns)
     by_task: dict[str, list[dict[str, Any]]] = {}
     for candidate in result.tables["learning_study"].rows:
@@ -180,19 +181,21 @@ def choices(result: Result) -> Table:
     def rank(candidate: dict[str, Any]) -> tuple[bool, float, float, float]:
         reached, seeds = (int(part) for part in candidate["reached"].split("/"))
         reliable = seeds >= 3 and reached >= 0.8 * seeds
-        returns = candidate["return_at_budget"]
         median = steps_or_inf(candidate["steps_to_threshold"])
-        return not reliable, median, -reached / seeds, -(returns or -float("inf"))
+        return not reliable, median, -reached / seeds, -candidate["final_return"]
+
+    def ending(candidate: dict[str, Any]) -> str:
+        return f"{candidate['final_return']:,} at {candidate['budget']} steps"
 
     for task, candidates in by_task.items():
         best, *others = sorted(candidates, key=rank)
         following = ""
         if others:
             median = steps_or_inf(others[0]["steps_to_threshold"])
-            at = f"{median:,.0f} steps" if median != float("inf") else f"{others[0]['return_at_budget']} at the budget"
+            at = f"{median:,.0f} steps" if median != float("inf") else ending(others[0])
             following = f"{others[0]['configuration']} ({others[0]['reached']}, {at})"
-        row = {"task": task, "choose": best["configuration"], "reached": best["reached"], "next": following}
-        table.rows.append({**row, "steps": best["steps_to_threshold"]})
+        row = {"task": task, "choose": best["configuration"], "reached": best["reached"]}
+        table.rows.append({**row, "steps": best["steps_to_threshold"], "final": ending(best), "next": following})
     return table
 
 

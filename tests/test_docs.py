@@ -17,6 +17,7 @@ import re
 import subprocess
 import sys
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -26,6 +27,8 @@ BLOCK = re.compile(r"(?:<!-- test: (?P<tags>[\w ,]+) -->\n)?```python\n(?P<code>
 KNOWN_TAGS = {"slow", "ray", "mujoco", "cli"}
 #: Seconds a block may take (a docs block is a small run).
 BLOCK_TIMEOUT = 180
+#: A row of a result table.
+Row = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -232,8 +235,8 @@ def test_readme_is_short_and_links_the_docs() -> None:
 def test_the_choice_per_task_is_the_fastest_reliable_configuration() -> None:
     from lit_sb3.cli.bench_results import Result, Table
 
-    def study_row(configuration: str, reached: str, steps: list[object], returns: int) -> dict[str, object]:
-        figures = {"reached": reached, "steps_to_threshold": steps, "return_at_budget": returns}
+    def study_row(configuration: str, reached: str, steps: list[object], returns: int, budget: str = "1M") -> Row:
+        figures = {"reached": reached, "steps_to_threshold": steps, "final_return": returns, "budget": budget}
         return {"task": "hopper", "configuration": configuration, **figures}
 
     rows = [
@@ -247,3 +250,18 @@ def test_the_choice_per_task_is_the_fastest_reliable_configuration() -> None:
     (choice,) = render_results().choices(result).rows  # type: ignore[attr-defined]
     assert choice["choose"] == "lit_sb3 ARS" and choice["reached"] == "4/5"
     assert choice["next"] == "lit_sb3 ES (3/3, 1,200,000 steps)"
+
+
+def test_a_task_no_configuration_solves_gets_the_best_policy_found() -> None:
+    from lit_sb3.cli.bench_results import Result, Table
+
+    def study_row(configuration: str, final_return: int, budget: str) -> Row:
+        figures = {"reached": "0/1", "steps_to_threshold": ["n/r", "n/r", "n/r"], "final_return": final_return}
+        return {"task": "walker2d", "configuration": configuration, "budget": budget, **figures}
+
+    rows = [study_row("lit_sb3 XNES", 845, "10M"), study_row("lit_sb3 PGPE", 4057, "75M")]
+    result = Result("study", "python benchmarks/x.py", "0000000", "2026-12-01", "2 cores", None, "", {})
+    result.tables["learning_study"] = Table([], rows)
+    (choice,) = render_results().choices(result).rows  # type: ignore[attr-defined]
+    assert choice["choose"] == "lit_sb3 PGPE" and choice["final"] == "4,057 at 75M steps"
+    assert choice["next"] == "lit_sb3 XNES (0/1, 845 at 10M steps)"
