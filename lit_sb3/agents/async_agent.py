@@ -378,7 +378,8 @@ class _AsyncAgent:
 
 
 class _AsyncOnPolicy(_AsyncAgent):
-    """Async collection for on-policy algorithms: each rollout is concatenated complete episodes."""
+    """Async collection for on-policy algorithms: each rollout is ``n_steps * n_envs`` steps of episodes, the one
+    that crosses the count cut there (whole episodes with an ``IndexableMultiEnv``)."""
 
     n_steps: int
     n_envs: int
