@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
 from collections.abc import Mapping
@@ -417,7 +418,9 @@ class _AsyncOnPolicy(_AsyncAgent):
         return True
 
     def train(self) -> None:
-        self._timed_train(super().train)  # type: ignore[misc]
+        collector = self._collector
+        with collector.training() if collector is not None else contextlib.nullcontext():
+            self._timed_train(super().train)  # type: ignore[misc]
 
 
 class _AsyncOffPolicy(_AsyncAgent):

@@ -28,6 +28,7 @@ from lit_sb3.collection.episodes import ActingSpec, EpisodePacket, Progress, col
 from lit_sb3.collection.observations import Observations, as_tensor, select, stack
 from lit_sb3.collection.off_policy_acting import NumpyOffPolicyActor
 from lit_sb3.collection.stepping import EnvStepper, StepOutcome
+from lit_sb3.collection.trainer_idle import TrainerIdle
 from lit_sb3.collection.weights import acting_module, load_flat_weights, read_board
 from lit_sb3.evaluation.monitor_history import bound_monitor_history
 from lit_sb3.workers.app import TaskError, WorkerApp
@@ -38,6 +39,8 @@ from lit_sb3.workers.shared_array import OpenedArrays
 ACTION_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
 #: Steps an ``advance`` runs at most before the worker reads its messages (weights, cancels, credit).
 STEPS_PER_ADVANCE = 32
+#: Seconds a thread worker waits for the trainer to end its ``train()`` before it reads its messages again.
+TRAINING_WAIT_SLICE = 0.05
 
 
 @dataclass(eq=False)  # a record of one task: the same record, not equal fields
@@ -144,6 +147,9 @@ class EpisodeWorker(WorkerApp):
         (begun and not yet acknowledged); an environment whose next episode may not begin waits.
     :param in_flight_limit: The limit until an acknowledgement gives another (None: none until then); known from
         the start off-policy (one per environment), so that a worker does not run ahead before the first one.
+    :param trainer_idle: A worker thread of the trainer's process: set while the trainer is not in ``train()``.
+        Once its environments' steps are measured fast, the worker steps only then: its Python would run under the
+        trainer's interpreter lock and slow ``train()`` more than it collects (None: never waits).
     """
 
     immediate_methods: ClassVar[frozenset[str]] = frozenset({"sync", "acknowledge", "env_call"})
@@ -161,8 +167,10 @@ class EpisodeWorker(WorkerApp):
         version: int = 0,
         limits_in_flight: bool = False,
         in_flight_limit: int | None = None,
+        trainer_idle: TrainerIdle | None = None,
     ) -> None:
         super().__init__()
+        self.trainer_idle = trainer_idle
         self.env_fns = env_fns
         self.policy = policy.to("cpu")
         self.policy.set_training_mode(False)
@@ -297,6 +305,9 @@ class EpisodeWorker(WorkerApp):
         return any(not run.parked for run in self._running)
 
     def advance(self) -> list[tuple[int, Any]]:
+        idle = self.trainer_idle
+        if idle is not None and self._stepper.fast and not idle.wait(TRAINING_WAIT_SLICE):
+            return []  # the trainer trains
         for _ in range(STEPS_PER_ADVANCE):
             if self._step():
                 break

@@ -45,6 +45,8 @@ class EnvStepper:
         self._timed_steps = 0
         self._timed_seconds = 0.0
         self._executor: ThreadPoolExecutor | None = None
+        #: Whether the steps were measured fast (below ``concurrent_step_seconds``): they step one after the other.
+        self.fast = False
 
     @property
     def concurrent(self) -> bool:
@@ -67,7 +69,7 @@ class EnvStepper:
             outcomes.append(_step(env, action))
             self._timed_seconds += time.perf_counter() - started
         self._timed_steps += len(envs)
-        if self._timed_steps >= self.probe_steps and len(envs) > 1:
+        if self._timed_steps >= self.probe_steps:
             self._choose(len(envs))
         return outcomes
 
@@ -78,8 +80,11 @@ class EnvStepper:
             self._executor = None
 
     def _choose(self, n_envs: int) -> None:
+        """Fast steps: one after the other from now on. Slow ones: in threads once there are several environments
+        (a single one goes on being timed)."""
         threshold = self.concurrent_step_seconds
-        if threshold is not None and self._timed_seconds / self._timed_steps >= threshold:
-            self._executor = ThreadPoolExecutor(max_workers=n_envs, thread_name_prefix="lit-sb3-env-step")
-        else:
+        if threshold is None or self._timed_seconds / self._timed_steps < threshold:
             self.concurrent_step_seconds = None  # decided: one after the other
+            self.fast = True
+        elif n_envs > 1:
+            self._executor = ThreadPoolExecutor(max_workers=n_envs, thread_name_prefix="lit-sb3-env-step")

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 from stable_baselines3 import DQN, PPO, SAC, TD3
 from stable_baselines3.common.policies import ActorCriticPolicy
+from stable_baselines3.common.vec_env import DummyVecEnv
 
 from agents.agent_envs import AlternatingNoise, OddEnv
 from agents.helpers import EpisodeRecorder, multi_env
 from lit_sb3.agents.async_agent import get_injected_agent
+from lit_sb3.collection.episode_worker import STEPS_PER_ADVANCE
 from lit_sb3.envs.multi_env import IndexableMultiEnv
 
 
@@ -280,3 +284,57 @@ def test_reproducible_mode_refuses_what_it_cannot_reproduce() -> None:
 
     with pytest.raises(ValueError, match=r"reproducible=True draws .* not those of Greedy"):
         get_injected_agent(PPO)(Greedy, multi_env("CartPole-v1", 1), reproducible=True, seed=0)
+
+
+class _StepCount(gym.Wrapper):
+    """Counts the steps of every environment it wraps."""
+
+    steps = 0
+
+    def step(self, action: Any) -> Any:
+        type(self).steps += 1
+        return super().step(action)
+
+
+@pytest.mark.parametrize("sleep", [0.0, 0.002], ids=["fast", "slow"])
+def test_on_policy_thread_workers_with_fast_environments_wait_while_the_trainer_trains(
+    sleep: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fast steps would only take the interpreter lock from ``train()``; slow ones (a sleep) give it back."""
+
+    def sleepy_cartpole() -> gym.Env:
+        env = _StepCount(gym.make("CartPole-v1"))
+        if sleep:
+            env.unwrapped.step = _sleeping(env.unwrapped.step, sleep)  # type: ignore[method-assign]
+        return env
+
+    steps_during_train: list[int] = []
+    original_train = PPO.train
+
+    def train(self: PPO) -> None:
+        before = _StepCount.steps
+        time.sleep(0.3)  # releases the lock: a worker that does not wait steps now
+        original_train(self)
+        steps_during_train.append(_StepCount.steps - before)
+
+    monkeypatch.setattr(PPO, "train", train)
+    model = get_injected_agent(PPO)("MlpPolicy", DummyVecEnv([sleepy_cartpole] * 2), n_steps=64, batch_size=64, seed=0)
+    try:
+        model.learn(640)
+    finally:
+        model.shutdown()
+    assert len(steps_during_train) == 5
+    # An advance under way as train() begins ends its 32 steps of each environment.
+    most = STEPS_PER_ADVANCE * 2
+    if sleep:
+        assert all(steps > most for steps in steps_during_train[1:]), steps_during_train
+    else:
+        assert all(steps <= most for steps in steps_during_train[1:]), steps_during_train
+
+
+def _sleeping(step: Any, seconds: float) -> Any:
+    def sleeping_step(action: Any) -> Any:
+        time.sleep(seconds)
+        return step(action)
+
+    return sleeping_step

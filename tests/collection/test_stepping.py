@@ -55,9 +55,18 @@ def test_slow_environments_step_at_the_same_time_once_measured() -> None:
 def test_fast_environments_step_one_after_the_other() -> None:
     envs = [Probe(index) for index in range(4)]
     stepper = EnvStepper(probe_steps=8)
+    assert not stepper.fast  # not measured yet
     for _ in range(4):
         stepper.step(envs, [0] * 4)
-    assert not stepper.concurrent
+    assert not stepper.concurrent and stepper.fast
+
+
+@pytest.mark.parametrize("seconds", [0.0, 0.002])
+def test_a_single_environment_is_measured_too(seconds: float) -> None:
+    stepper = EnvStepper(probe_steps=4)
+    for _ in range(4):
+        stepper.step([Probe(0, seconds)], [0])
+    assert stepper.fast == (seconds == 0.0) and not stepper.concurrent
 
 
 @pytest.mark.parametrize("concurrent", [False, True])
