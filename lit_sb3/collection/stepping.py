@@ -61,7 +61,8 @@ class EnvStepper:
         """
         if self._executor is not None and len(envs) > 1:
             return list(self._executor.map(_step, envs, actions))
-        if self._executor is not None or self.concurrent_step_seconds is None:  # chosen: nothing more to time
+        threshold = self.concurrent_step_seconds
+        if self._executor is not None or threshold is None:  # chosen: nothing more to time
             return [_step(env, action) for env, action in zip(envs, actions, strict=True)]
         outcomes: list[StepOutcome] = []
         for env, action in zip(envs, actions, strict=True):
@@ -70,7 +71,7 @@ class EnvStepper:
             self._timed_seconds += time.perf_counter() - started
         self._timed_steps += len(envs)
         if self._timed_steps >= self.probe_steps:
-            self._choose(len(envs))
+            self._choose(len(envs), threshold)
         return outcomes
 
     def close(self) -> None:
@@ -79,11 +80,10 @@ class EnvStepper:
             self._executor.shutdown(wait=True)
             self._executor = None
 
-    def _choose(self, n_envs: int) -> None:
+    def _choose(self, n_envs: int, threshold: float) -> None:
         """Fast steps: one after the other from now on. Slow ones: in threads once there are several environments
         (a single one goes on being timed)."""
-        threshold = self.concurrent_step_seconds
-        if threshold is None or self._timed_seconds / self._timed_steps < threshold:
+        if self._timed_seconds / self._timed_steps < threshold:
             self.concurrent_step_seconds = None  # decided: one after the other
             self.fast = True
         elif n_envs > 1:
