@@ -32,6 +32,7 @@ STUDY_CONFIGURATIONS = {
     ("xnes", "Swimmer-v5"): "xnes",
     ("cem", "Swimmer-v5"): "cem",
     ("es", "Swimmer-v5"): "es",
+    ("pgpe", "Walker2d-v5"): "pgpe",
 }
 STUDY_TASKS = {
     "HalfCheetah-v5": "halfcheetah",
@@ -39,6 +40,7 @@ STUDY_TASKS = {
     "Swimmer-v5": "swimmer",
     "Ant-v5": "ant",
     "Humanoid-v5": "humanoid",
+    "Walker2d-v5": "walker2d",
 }
 
 
@@ -74,7 +76,7 @@ def test_a_shipped_entry_is_what_the_study_ran(
     def record(name: str) -> Any:
         return lambda policy, env, seed, **kwargs: built.update(name=name, policy=policy, kwargs=kwargs)
 
-    for name in ("ARS", "CMAES", "SNES", "XNES", "CEM", "ES"):
+    for name in ("ARS", "CMAES", "SNES", "XNES", "CEM", "ES", "PGPE"):
         monkeypatch.setattr(study, name, record(name))
     configuration = study.CONFIGS[STUDY_CONFIGURATIONS[algo_name, env_id]]
     task = study.TASKS[STUDY_TASKS[env_id]]
