@@ -53,6 +53,7 @@ class EnvironmentRun:
     :param env: The environment.
     :param episode_index: The index of the episode under way (or the next one, while parked).
     :param slot: The task's row of the progress board, kept until the task ends.
+    :param steps: The environment's steps in this task, over its episodes.
     """
 
     request_id: int
@@ -60,6 +61,7 @@ class EnvironmentRun:
     env: gym.Env
     episode_index: int
     slot: int
+    steps: int = 0
     observation: Any = None
     rng: np.random.Generator = field(default_factory=np.random.default_rng)
     noise: ActionNoise | None = None
@@ -118,6 +120,7 @@ class EnvironmentRun:
         :param value: On-policy: the value of the observation the action was chosen on.
         :param log_prob: On-policy: the log-probability of the action.
         """
+        self.steps += 1
         self.actions.append(action)
         self.rewards.append(float(reward))
         self.infos.append(info)
@@ -472,21 +475,19 @@ class EpisodeWorker(WorkerApp):
         self, observations: Observations, running: list[EnvironmentRun]
     ) -> tuple[np.ndarray, np.ndarray]:
         spec, space = self.spec, self.action_space
-        warm_up = self.progress.num_timesteps < spec.learning_starts and not (spec.use_sde and spec.use_sde_at_warmup)
-        if warm_up:
-            actions = np.stack([self._random_action(run.rng) for run in running])
-            for run in running:
+        warm_up = [self._warming_up(run) for run in running]
+        acting = [index for index, warm in enumerate(warm_up) if not warm]
+        if len(acting) == len(running):
+            actions = self._policy_actions(observations, running)
+        else:  # each environment's share of the warm-up ends at its own step
+            actions = np.zeros((len(running), *(space.shape or ())), dtype=space.dtype)
+            if acting:
+                chosen = select(observations, np.asarray(acting))
+                actions[acting] = self._policy_actions(chosen, [running[index] for index in acting])
+        for index, (run, warm) in enumerate(zip(running, warm_up, strict=True)):
+            if warm or (spec.epsilon_greedy and run.rng.random() < self.progress.exploration_rate):
+                actions[index] = self._random_action(run.rng)
                 run.random_steps += 1
-        else:
-            if self._numpy_actor is not None:  # off the interpreter lock's way, and off torch's global generator
-                actions = self._numpy_actor.predict(observations, [run.rng for run in running])  # type: ignore[arg-type]
-            else:
-                actions, _ = self.policy.predict(observations, deterministic=False)
-            if spec.epsilon_greedy:
-                for index, run in enumerate(running):
-                    if run.rng.random() < self.progress.exploration_rate:
-                        actions[index] = self._random_action(run.rng)
-                        run.random_steps += 1
         if not isinstance(space, spaces.Box):
             return actions, actions
         scaled = self.policy.scale_action(actions)
@@ -494,6 +495,22 @@ class EpisodeWorker(WorkerApp):
             if run.noise is not None:
                 scaled[index] = np.clip(scaled[index] + run.noise(), -1, 1)
         return self.policy.unscale_action(scaled), scaled
+
+    def _warming_up(self, run: EnvironmentRun) -> bool:
+        """:return: Whether ``run``'s next action is a warm-up's random one (off-policy)."""
+        spec = self.spec
+        return (
+            self.progress.num_timesteps < spec.learning_starts
+            and run.steps < spec.warm_up_steps
+            and not (spec.use_sde and spec.use_sde_at_warmup)
+        )
+
+    def _policy_actions(self, observations: Observations, running: list[EnvironmentRun]) -> np.ndarray:
+        """:return: The exploring policy's actions (off-policy), before action noise."""
+        if self._numpy_actor is not None:  # off the interpreter lock's way, and off torch's global generator
+            return self._numpy_actor.predict(observations, [run.rng for run in running])  # type: ignore[arg-type]
+        actions, _ = self.policy.predict(observations, deterministic=False)
+        return actions
 
     def _random_action(self, rng: np.random.Generator) -> np.ndarray:
         space = self.action_space

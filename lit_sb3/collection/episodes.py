@@ -52,7 +52,11 @@ class ActingSpec:
     :param on_policy: Actions, values and log-probabilities from ``policy(obs)`` (on-policy algorithms); otherwise
         ``policy.predict`` with the off-policy exploration (warm-up, epsilon, action noise).
     :param gamma: Discount, for the time-limit bootstrap of on-policy rewards.
-    :param learning_starts: Random actions while the trainer's ``num_timesteps`` is below it (off-policy).
+    :param learning_starts: Random actions while the trainer's ``num_timesteps`` is below it (off-policy) and the
+        environment has taken fewer than ``warm_up_steps`` steps.
+    :param warm_up_steps: Each environment's share of the warm-up, ``ceil(learning_starts / n_envs)``: its first steps
+        are random, as Stable-Baselines3's vectorised steps are while ``num_timesteps < learning_starts`` (so the
+        warm-up is ``learning_starts`` steps in all, not the whole episodes that run until the trainer counts them).
     :param use_sde: Whether the policy uses generalised state-dependent exploration.
     :param sde_sample_freq: Resample the gSDE noise every this many steps (-1: only at the start of a batch).
     :param use_sde_at_warmup: Use gSDE instead of uniform random actions during the warm-up.
@@ -67,6 +71,7 @@ class ActingSpec:
     on_policy: bool
     gamma: float
     learning_starts: int = 0
+    warm_up_steps: int = 0
     use_sde: bool = False
     sde_sample_freq: int = -1
     use_sde_at_warmup: bool = False

@@ -104,6 +104,7 @@ class CollectionPlan:
         acting = ActingSpec(
             on_policy=False,
             learning_starts=settings.learning_starts,
+            warm_up_steps=-(-settings.learning_starts // (n_collection_envs or algorithm.n_envs)),
             use_sde_at_warmup=settings.use_sde_at_warmup,
             action_noise=settings.action_noise,
             epsilon_greedy=hasattr(algorithm, "exploration_rate"),

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import gymnasium as gym
@@ -11,7 +13,7 @@ import pytest
 import torch
 from stable_baselines3 import DQN, PPO, SAC, TD3
 from stable_baselines3.common.policies import ActorCriticPolicy
-from stable_baselines3.common.vec_env import DummyVecEnv
+from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
 
 from agents.agent_envs import AlternatingNoise, OddEnv
 from agents.helpers import EpisodeRecorder, multi_env
@@ -32,6 +34,41 @@ def test_off_policy_workers_leave_the_warm_up_when_the_trainer_passes_learning_s
     random_steps = [final["collection"]["random_steps"] for final in recorder.finals]
     assert random_steps[:2] == [200, 200]  # warm-up: uniform random actions
     assert random_steps[-3:] == [0, 0, 0]  # the workers saw num_timesteps pass learning_starts
+
+
+#: Pendulum with episodes of 50 steps: a warm-up share may span episodes.
+short_pendulum = partial(gym.make, "Pendulum-v1", max_episode_steps=50)
+
+
+@pytest.mark.parametrize(
+    ("make_env", "learning_starts", "share"),
+    [
+        (lambda: DummyVecEnv([short_pendulum]), 80, 80),
+        (lambda: DummyVecEnv([short_pendulum for _ in range(4)]), 100, 25),
+        (lambda: IndexableMultiEnv([short_pendulum for _ in range(4)]), 102, 26),  # one environment for SB3
+    ],
+    ids=["one-env", "vec-env", "indexable-multi-env"],
+)
+def test_the_off_policy_warm_up_is_learning_starts_steps_each_environment_its_share(
+    make_env: Callable[[], VecEnv], learning_starts: int, share: int
+) -> None:
+    # Stable-Baselines3 acts at random while num_timesteps < learning_starts: each of n_envs environments takes its
+    # first ceil(learning_starts / n_envs) steps at random, whatever its episodes' ends.
+    recorder = EpisodeRecorder()
+    model = get_injected_agent(SAC)(
+        "MlpPolicy", make_env(), use_mp=False, learning_starts=learning_starts, batch_size=32, seed=0
+    )
+    try:
+        model.learn(400, callback=recorder)
+    finally:
+        model.shutdown()
+    random_steps: dict[int, list[int]] = {}
+    for final in recorder.finals:
+        random_steps.setdefault(final["collection"]["env_index"], []).append(final["collection"]["random_steps"])
+    assert len(random_steps) == (1 if share == learning_starts else 4)
+    for steps in random_steps.values():
+        assert sum(steps) == share
+        assert steps == [min(50, max(0, share - 50 * episode)) for episode in range(len(steps))], random_steps
 
 
 def test_dqn_workers_explore_with_the_trainers_epsilon() -> None:
