@@ -52,8 +52,8 @@ class ActingSpec:
     :param on_policy: Actions, values and log-probabilities from ``policy(obs)`` (on-policy algorithms); otherwise
         ``policy.predict`` with the off-policy exploration (warm-up, epsilon, action noise).
     :param gamma: Discount, for the time-limit bootstrap of on-policy rewards.
-    :param learning_starts: Random actions while the trainer's ``num_timesteps`` is below it (off-policy) and the
-        environment has taken fewer than ``warm_up_steps`` steps.
+    :param learning_starts: Random actions while :class:`Progress`'s ``num_timesteps`` is below it (off-policy) and
+        the environment has taken fewer than ``warm_up_steps`` steps.
     :param warm_up_steps: Each environment's share of the warm-up, ``ceil(learning_starts / n_envs)``: its first steps
         are random, as Stable-Baselines3's vectorised steps are while ``num_timesteps < learning_starts`` (so the
         warm-up is ``learning_starts`` steps in all, not the whole episodes that run until the trainer counts them).

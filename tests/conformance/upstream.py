@@ -63,8 +63,8 @@ EXCEPTIONS: dict[str, str] = {
     "stable-baselines3/test_dict_env.py::test_consistency[[]*": (
         "asserts that two seeded trainings (Dict and flattened observations) end with the same actions, which holds "
         "only if the same weight versions act the same steps in both: under async collection a worker begins the "
-        "next episode with the weights it has and takes the trainer's newer ones, and the trainer's step count that "
-        "ends the off-policy warm-up, whenever they arrive (SAC also samples with torch's global generator), so "
+        "next episode with the weights it has and takes the trainer's newer ones whenever they arrive (SAC also "
+        "samples with torch's global generator), so "
         "timing decides: PPO, A2C and TD3 failed in some of our full runs and passed in others, SAC failed in all, "
         "DQN and DDPG passed in all (reproducible=True makes on-policy runs identical)"
     ),
