@@ -124,12 +124,13 @@ def _draw(
     :param action_shape: The action space's shape.
     :return: The actions and their log-probabilities.
     """
-    if log_std is None:
-        log_probabilities = output - _logsumexp(output)
-        draws = np.array([[generator.random()] for generator in generators], dtype=np.float32)
-        cumulative = np.cumsum(np.exp(log_probabilities), axis=1)
-        actions = np.minimum((cumulative < draws).sum(axis=1), output.shape[1] - 1)
-        return actions, log_probabilities[np.arange(len(actions)), actions]
+    if log_std is None:  # inverse CDF of the unnormalised weights: a draw below the last cumulative weight
+        shifted = output - output.max(axis=1, keepdims=True)
+        cumulative = np.exp(shifted).cumsum(axis=1)
+        total = cumulative[:, -1]
+        draws = np.fromiter([generator.random() for generator in generators], np.float32, len(generators)) * total
+        actions = (cumulative < draws[:, None]).sum(axis=1)
+        return actions, shifted[np.arange(len(actions)), actions] - np.log(total)
     noise = np.stack([generator.standard_normal(len(log_std), dtype=np.float32) for generator in generators])
     gaussian = output + np.exp(log_std) * noise
     log_probs = (-0.5 * noise**2 - log_std - np.float32(_LOG_SQRT_2PI)).sum(axis=1)
@@ -273,11 +274,6 @@ def _probe_observations(policy: ActorCriticPolicy, probe: KernelProbe) -> Observ
         key: rng.normal(0.0, PROBE_OBSERVATION_STD, (PROBE_OBSERVATIONS, *(subspace.shape or ()))).astype(np.float32)
         for key, subspace in space.spaces.items()
     }
-
-
-def _logsumexp(logits: np.ndarray) -> np.ndarray:
-    largest = logits.max(axis=1, keepdims=True)
-    return largest + np.log(np.exp(logits - largest).sum(axis=1, keepdims=True))
 
 
 def _simple_actor_critic(policy: ActorCriticPolicy) -> bool:
