@@ -475,11 +475,13 @@ class EpisodeWorker(WorkerApp):
         self, observations: Observations, running: list[EnvironmentRun]
     ) -> tuple[np.ndarray, np.ndarray]:
         spec, space = self.spec, self.action_space
-        warm_up = [self._warming_up(run) for run in running]
+        # Each environment's share of the warm-up, until learning_starts steps were collected or trained on.
+        warming = self.progress.num_timesteps < spec.learning_starts and not (spec.use_sde and spec.use_sde_at_warmup)
+        warm_up = [warming and run.steps < spec.warm_up_steps for run in running]
         acting = [index for index, warm in enumerate(warm_up) if not warm]
         if len(acting) == len(running):
             actions = self._policy_actions(observations, running)
-        else:  # each environment's share of the warm-up ends at its own step
+        else:
             actions = np.zeros((len(running), *(space.shape or ())), dtype=space.dtype)
             if acting:
                 chosen = select(observations, np.asarray(acting))
@@ -495,15 +497,6 @@ class EpisodeWorker(WorkerApp):
             if run.noise is not None:
                 scaled[index] = np.clip(scaled[index] + run.noise(), -1, 1)
         return self.policy.unscale_action(scaled), scaled
-
-    def _warming_up(self, run: EnvironmentRun) -> bool:
-        """:return: Whether ``run``'s next action is a warm-up's random one (off-policy)."""
-        spec = self.spec
-        return (
-            self.progress.num_timesteps < spec.learning_starts
-            and run.steps < spec.warm_up_steps
-            and not (spec.use_sde and spec.use_sde_at_warmup)
-        )
 
     def _policy_actions(self, observations: Observations, running: list[EnvironmentRun]) -> np.ndarray:
         """:return: The exploring policy's actions (off-policy), before action noise."""
