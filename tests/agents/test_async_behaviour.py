@@ -16,7 +16,7 @@ from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
 
 from agents.agent_envs import AlternatingNoise, OddEnv
-from agents.helpers import EpisodeRecorder, multi_env
+from agents.helpers import SMALL_NETWORK, EpisodeRecorder, multi_env
 from lit_sb3.agents.async_agent import get_injected_agent
 from lit_sb3.collection.episode_worker import STEPS_PER_ADVANCE
 from lit_sb3.envs.multi_env import IndexableMultiEnv
@@ -25,7 +25,13 @@ from lit_sb3.envs.multi_env import IndexableMultiEnv
 def test_off_policy_workers_leave_the_warm_up_when_the_trainer_passes_learning_starts() -> None:
     recorder = EpisodeRecorder()
     model = get_injected_agent(SAC)(
-        "MlpPolicy", multi_env("Pendulum-v1", 1), use_mp=False, learning_starts=400, max_episodes_in_buffer=1, seed=0
+        "MlpPolicy",
+        multi_env("Pendulum-v1", 1),
+        use_mp=False,
+        learning_starts=400,
+        max_episodes_in_buffer=1,
+        seed=0,
+        policy_kwargs=SMALL_NETWORK,
     )
     try:
         model.learn(2400, callback=recorder)
@@ -150,7 +156,13 @@ def test_workers_act_with_their_own_policy_copies_in_eval_mode() -> None:
 
 def test_weights_are_published_only_when_changed_and_at_most_once_per_interval() -> None:
     model = get_injected_agent(SAC)(
-        "MlpPolicy", multi_env("Pendulum-v1", 1), use_mp=True, learning_starts=100, weight_sync_interval=0.25, seed=0
+        "MlpPolicy",
+        multi_env("Pendulum-v1", 1),
+        use_mp=True,
+        learning_starts=100,
+        weight_sync_interval=0.25,
+        seed=0,
+        policy_kwargs=SMALL_NETWORK,
     )
     try:
         import time
@@ -233,7 +245,12 @@ def test_episodes_dropped_for_want_of_room_free_their_place_in_flight() -> None:
 def test_off_policy_workers_begin_an_episode_as_the_trainer_nears_the_end_of_the_one_before(use_mp: bool) -> None:
     # One Pendulum (200-step episodes), one gradient step per step: the trainer is far slower than the worker.
     model = get_injected_agent(SAC)(
-        "MlpPolicy", multi_env("Pendulum-v1", 1), use_mp=use_mp, learning_starts=100, seed=0
+        "MlpPolicy",
+        multi_env("Pendulum-v1", 1),
+        use_mp=use_mp,
+        learning_starts=100,
+        seed=0,
+        policy_kwargs=SMALL_NETWORK,
     )
     try:
         model.learn(600)
@@ -256,7 +273,11 @@ def test_vec_normalize_statistics_count_every_consumed_observation_once(algorith
     from stable_baselines3.common.vec_env import VecNormalize
 
     env = VecNormalize(multi_env("Pendulum-v1", 2), gamma=0.99)
-    kwargs = {"n_steps": 64, "batch_size": 64} if algorithm is PPO else {"learning_starts": 100}
+    kwargs = (
+        {"n_steps": 64, "batch_size": 64}
+        if algorithm is PPO
+        else {"learning_starts": 100, "policy_kwargs": SMALL_NETWORK}
+    )
     model = get_injected_agent(algorithm)("MlpPolicy", env, use_mp=True, seed=0, **kwargs)
     recorder = EpisodeRecorder()
     try:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 pytest.importorskip("ray", reason="the Ray backend's tests need Ray: pip install 'lit_sb3[ray]'")
-from agents.helpers import multi_env
+from agents.helpers import SMALL_NETWORK, multi_env
 from agents.test_async_behaviour import reproducible_ppo
 from engine.helpers import small_ppo_engine
 from stable_baselines3 import PPO, SAC
@@ -34,6 +34,7 @@ def test_sac_collects_on_ray_actors_with_fresh_weights() -> None:
         learning_starts=200,
         batch_size=64,
         seed=0,
+        policy_kwargs=SMALL_NETWORK,
     )
     try:
         model.learn(1200)
