@@ -187,6 +187,7 @@ class LocalBackend(Backend):
     """
 
     name = "processes"
+    takes_cores = True
 
     def __init__(self, start_method: str | None = None, *, preload: Sequence[str] = ()) -> None:
         if start_method is None:

@@ -33,6 +33,7 @@ from lit_sb3.workers.messages import (
     Request,
 )
 from lit_sb3.workers.stream import Stream, StreamItem
+from lit_sb3.workers.torch_threads import limit_torch_threads, release_torch_threads
 
 #: Seconds a worker gets to exit after being asked to, before it is killed.
 CLOSE_GRACE_PERIOD = 3.0
@@ -255,6 +256,8 @@ class WorkerPool:
             self.descriptions = [description for _, description in started]
             _live_pools.add(self)
             self._dispatcher.start()
+            if self._backend.takes_cores:
+                limit_torch_threads(self, len(self._slots))
         except BaseException:
             while self._dispatcher in threading.enumerate() and not self._dispatcher.is_alive():
                 time.sleep(0.001)  # a Ctrl-C came as it started: it runs in a moment
@@ -400,6 +403,7 @@ class WorkerPool:
         with contextlib.suppress(PoolClosedError):  # else the dispatcher stopped on a failure and cleaned up
             self._submit(self._request_stop)
         self._dispatcher.join()
+        release_torch_threads(self)
 
     # ------------------------------------------------------------------------------------------------ internals
 

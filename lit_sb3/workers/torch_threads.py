@@ -1,0 +1,48 @@
+"""This process's torch threads while worker processes on this machine take cores from it: the cores they leave.
+
+Torch's intra-op threads wait on each other at every operation. When one of them shares a core with a busy worker
+process, each operation waits for the scheduler: PPO's ``train()`` on CartPole (64-unit layers, minibatches of 256)
+took 1.04-1.31 s with 2 threads beside one busy process on 2 cores, 0.26 s with 1 thread, and 0.30 s with 2 threads
+on an idle machine. A :class:`~lit_sb3.workers.pool.WorkerPool` of local processes limits the threads when it starts
+and gives them back when it closes, both on its creator's thread: torch's count is that thread's (and the one
+threads started afterwards begin with).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+#: Each holder's limit (a backend with worker processes), and the thread count before the first.
+_limits: dict[int, int] = {}
+_before: list[int] = []
+
+
+def limit_torch_threads(holder: object, n_worker_processes: int) -> None:
+    """
+    Keep this process's torch threads to the cores ``n_worker_processes`` leave (at least one) until
+    :func:`release_torch_threads` for ``holder``. Never raises the count; with several holders the lowest limit holds.
+
+    :param holder: What the worker processes belong to.
+    :param n_worker_processes: How many worker processes it runs on this machine.
+    """
+    limit = max(1, (os.cpu_count() or 1) - n_worker_processes)
+    if not _limits:
+        _before[:] = [torch.get_num_threads()]
+    _limits[id(holder)] = limit
+    if torch.get_num_threads() > limit:
+        torch.set_num_threads(limit)
+
+
+def release_torch_threads(holder: object) -> None:
+    """
+    Drop ``holder``'s limit; the last one gives back the thread count from before the first, unless someone set
+    another since.
+
+    :param holder: As given to :func:`limit_torch_threads`.
+    """
+    limit = _limits.pop(id(holder), None)
+    if limit is None or torch.get_num_threads() != min([limit, *_limits.values(), *_before]):
+        return  # not limited, or changed since by someone else
+    torch.set_num_threads(min([*_limits.values(), *_before]))
