@@ -20,7 +20,8 @@ With a threshold, the env steps to it (the trainer's ``num_timesteps`` then) sho
 whatever the machine's load: weights that act while the trainer moves on (async collection) can take more.
 
 Reference: ``pip install --no-deps async-gym-agents==0.5.0`` in the benchmark's environment (not a dependency of
-lit_sb3); without it its rows are left out. Torch runs one thread everywhere (workers share the cores).
+lit_sb3); without it its rows are left out. Torch keeps its default threads (one per core) in every row: lit_sb3's
+pools of worker processes keep the trainer's torch to the cores their workers leave.
 
 Usage: ``python benchmarks/gradient_agents.py`` (about an hour; ``--quick`` for one seed and small budgets;
 ``--only CONFIGURATION ...`` for some rows and their plain SB3 references; ``--cases cartpole sleepy sac
@@ -41,7 +42,6 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-import torch
 from gymnasium.envs.classic_control import CartPoleEnv
 from stable_baselines3 import PPO, SAC
 from stable_baselines3.common.base_class import BaseAlgorithm
@@ -214,7 +214,6 @@ def main() -> None:
     parser.add_argument("--conditions", default="", help="what else the result file should say (what ran beside it)")
     args = parser.parse_args()
     load = LoadSampler()
-    torch.set_num_threads(1)
     seeds = [0] if args.quick else list(range(args.seeds))
     scale = 0.2 if args.quick else 1.0
     ppo = {"n_steps": 256, "batch_size": 256, "n_epochs": 10, "gae_lambda": 0.8, "gamma": 0.98, "ent_coef": 0.0}

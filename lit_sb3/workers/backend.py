@@ -58,8 +58,8 @@ class Backend(ABC):
     """Where workers run: local processes, Ray actors... (chosen by users through
     :class:`~lit_sb3.workers.choice.BackendChoice`)."""
 
-    #: Whether the workers are processes on this machine's cores (the pool then keeps its creator's torch threads to
-    #: the cores they leave: see :mod:`~lit_sb3.workers.torch_threads`).
+    #: Whether the workers run on this machine's cores, as processes or threads (the pool then keeps its creator's
+    #: torch threads to the cores they leave: see :mod:`~lit_sb3.workers.torch_threads`).
     takes_cores: bool = False
 
     @property

@@ -220,6 +220,7 @@ class ThreadBackend(NotifiedBackend):
     """
 
     name = "threads"
+    takes_cores = True
 
     def start_worker(self, worker_index: int, app_factory: bytes) -> ThreadWorker:
         return ThreadWorker(worker_index, app_factory, self._activity)

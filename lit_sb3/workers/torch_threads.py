@@ -1,11 +1,13 @@
-"""This process's torch threads while worker processes on this machine take cores from it: the cores they leave.
+"""This process's torch threads while workers on this machine (processes or threads) take cores from it: the
+cores they leave.
 
 Torch's intra-op threads wait on each other at every operation. When one of them shares a core with a busy worker
 process, each operation waits for the scheduler: PPO's ``train()`` on CartPole (64-unit layers, minibatches of 256)
 took 1.04-1.31 s with 2 threads beside one busy process on 2 cores, 0.26 s with 1 thread, and 0.30 s with 2 threads
-on an idle machine. A :class:`~lit_sb3.workers.pool.WorkerPool` of local processes limits the threads when it starts
-and gives them back when it closes, both on its creator's thread: torch's count is that thread's (and the one
-threads started afterwards begin with).
+on an idle machine. Beside a worker thread, PPO on 4 gSDE Pendulums ran at 0.95x plain SB3's steps/s with 2
+threads, 1.38-1.41x with one. A :class:`~lit_sb3.workers.pool.WorkerPool` of local processes or threads limits the
+threads when it starts and gives them back when it closes, both on its creator's thread: torch's count is that
+thread's (and the one threads started afterwards begin with).
 """
 
 from __future__ import annotations
@@ -24,8 +26,8 @@ def limit_torch_threads(holder: object, n_worker_processes: int) -> None:
     Keep this process's torch threads to the cores ``n_worker_processes`` leave (at least one) until
     :func:`release_torch_threads` for ``holder``. Never raises the count; with several holders the lowest limit holds.
 
-    :param holder: What the worker processes belong to.
-    :param n_worker_processes: How many worker processes it runs on this machine.
+    :param holder: What the workers belong to.
+    :param n_worker_processes: How many workers it runs on this machine.
     """
     limit = max(1, (os.cpu_count() or 1) - n_worker_processes)
     if not _limits:

@@ -1,4 +1,4 @@
-"""While worker processes run on this machine, this process's torch threads keep to the cores they leave."""
+"""While workers run on this machine, this process's torch threads keep to the cores they leave."""
 
 from __future__ import annotations
 
@@ -27,22 +27,14 @@ def all_cores() -> Iterator[None]:
 
 
 @pytest.mark.usefixtures("all_cores")
-def test_worker_processes_leave_torch_the_other_cores_until_their_pool_closes() -> None:
-    pool = WorkerPool([SquareApp, SquareApp], backend=LocalBackend())
+@pytest.mark.parametrize("backend", [LocalBackend, ThreadBackend], ids=["processes", "threads"])
+def test_workers_leave_torch_the_other_cores_until_their_pool_closes(backend: type) -> None:
+    pool = WorkerPool([SquareApp, SquareApp], backend=backend())
     try:
         assert torch.get_num_threads() == max(1, CORES - 2)
     finally:
         pool.close()
     assert torch.get_num_threads() == CORES
-
-
-@pytest.mark.usefixtures("all_cores")
-def test_worker_threads_leave_torch_as_it_is() -> None:
-    pool = WorkerPool([SquareApp, SquareApp], backend=ThreadBackend())
-    try:
-        assert torch.get_num_threads() == CORES
-    finally:
-        pool.close()
 
 
 @pytest.mark.usefixtures("all_cores")
