@@ -21,7 +21,7 @@ whatever the machine's load: weights that act while the trainer moves on (async 
 
 Reference: ``pip install --no-deps async-gym-agents==0.5.0`` in the benchmark's environment (not a dependency of
 lit_sb3); without it its rows are left out. Torch keeps its default threads (one per core) in every row: lit_sb3's
-pools of worker processes keep the trainer's torch to the cores their workers leave.
+pools of workers (processes or threads) keep the trainer's torch to the cores their workers leave.
 
 Usage: ``python benchmarks/gradient_agents.py`` (about an hour; ``--quick`` for one seed and small budgets;
 ``--only CONFIGURATION ...`` for some rows and their plain SB3 references; ``--cases cartpole sleepy sac

@@ -16,22 +16,24 @@ import os
 
 import torch
 
-#: Each holder's limit (a backend with worker processes), and the thread count before the first.
+#: Each holder's limit (a pool of workers on this machine).
 _limits: dict[int, int] = {}
-_before: list[int] = []
+#: The thread count before the first limit (meaningful while there are limits).
+_before = 0
 
 
-def limit_torch_threads(holder: object, n_worker_processes: int) -> None:
+def limit_torch_threads(holder: object, n_workers: int) -> None:
     """
-    Keep this process's torch threads to the cores ``n_worker_processes`` leave (at least one) until
+    Keep this process's torch threads to the cores ``n_workers`` leave (at least one) until
     :func:`release_torch_threads` for ``holder``. Never raises the count; with several holders the lowest limit holds.
 
     :param holder: What the workers belong to.
-    :param n_worker_processes: How many workers it runs on this machine.
+    :param n_workers: How many workers it runs on this machine.
     """
-    limit = max(1, (os.cpu_count() or 1) - n_worker_processes)
+    global _before  # noqa: PLW0603 - the count this process had, shared by every pool
+    limit = max(1, (os.cpu_count() or 1) - n_workers)
     if not _limits:
-        _before[:] = [torch.get_num_threads()]
+        _before = torch.get_num_threads()
     _limits[id(holder)] = limit
     if torch.get_num_threads() > limit:
         torch.set_num_threads(limit)
@@ -45,6 +47,6 @@ def release_torch_threads(holder: object) -> None:
     :param holder: As given to :func:`limit_torch_threads`.
     """
     limit = _limits.pop(id(holder), None)
-    if limit is None or torch.get_num_threads() != min([limit, *_limits.values(), *_before]):
+    if limit is None or torch.get_num_threads() != min(limit, *_limits.values(), _before):
         return  # not limited, or changed since by someone else
-    torch.set_num_threads(min([*_limits.values(), *_before]))
+    torch.set_num_threads(min([*_limits.values(), _before]))

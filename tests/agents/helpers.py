@@ -10,8 +10,8 @@ from stable_baselines3.common.callbacks import BaseCallback
 
 from lit_sb3.envs.multi_env import IndexableMultiEnv
 
-#: Policy keywords for off-policy tests that check collection, not learning: 64-unit layers make a gradient step
-#: several times cheaper than the default 256.
+#: Policy keywords for off-policy tests: 64-unit layers make a gradient step several times cheaper than the default
+#: 256.
 SMALL_NETWORK: dict[str, Any] = {"net_arch": [64, 64]}
 
 

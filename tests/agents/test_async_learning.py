@@ -9,7 +9,7 @@ from stable_baselines3.common.callbacks import EvalCallback, StopTrainingOnRewar
 from stable_baselines3.common.evaluation import evaluate_policy
 from stable_baselines3.common.monitor import Monitor
 
-from agents.helpers import multi_env
+from agents.helpers import SMALL_NETWORK, multi_env
 from lit_sb3.agents.async_agent import get_injected_agent
 
 
@@ -56,7 +56,7 @@ def test_sac_reaches_minus_250_on_pendulum_with_worker_threads() -> None:
         seed=0,
         learning_rate=1e-3,
         learning_starts=200,
-        policy_kwargs={"net_arch": [64, 64]},
+        policy_kwargs=SMALL_NETWORK,
     )
     stop = StopTrainingOnRewardThreshold(reward_threshold=-200)
     evaluation = EvalCallback(
