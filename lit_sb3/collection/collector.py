@@ -129,6 +129,9 @@ class AsyncCollector:
             unit_name="episode",
             stream_capacity=max_episodes_in_buffer,
             put_timeout=queue_put_timeout,
+            # Off-policy, workers act one episode ahead of the trainer and wait for it: its torch keeps every core
+            # (SAC on one Pendulum with worker threads ran at 0.88x plain SB3's steps/s with torch kept to one).
+            busy_workers=rollout is not None,
         )
         board: WeightBoard | None = None
         try:  # from here on the pool (and the board) are ours to close, also on a Ctrl-C

@@ -203,6 +203,9 @@ class WorkerPool:
         wait as long as it takes.
     :param start_timeout: Seconds a worker, or a dead worker's replacement, may take to become ready before the pool
         gives up with a :class:`~lit_sb3.workers.errors.WorkerDiedError`; None to wait as long as it takes.
+    :param busy_workers: Whether the workers keep their cores busy while the pool is open: then, when they run on
+        this machine's cores, the creator's torch keeps to the cores they leave (see
+        :mod:`~lit_sb3.workers.torch_threads`). False for workers that mostly wait for the caller.
     """
 
     def __init__(
@@ -216,6 +219,7 @@ class WorkerPool:
         stream_capacity: int | None = None,
         put_timeout: float | None = None,
         start_timeout: float | None = DEFAULT_START_TIMEOUT,
+        busy_workers: bool = True,
     ) -> None:
         if len(app_factories) == 0:
             raise ValueError("app_factories is empty: a pool needs at least one worker")
@@ -256,7 +260,7 @@ class WorkerPool:
             self.descriptions = [description for _, description in started]
             _live_pools.add(self)
             self._dispatcher.start()
-            if self._backend.takes_cores:
+            if busy_workers and self._backend.takes_cores:
                 limit_torch_threads(self, len(self._slots))
         except BaseException:
             while self._dispatcher in threading.enumerate() and not self._dispatcher.is_alive():

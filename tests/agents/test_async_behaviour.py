@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from functools import partial
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 from stable_baselines3 import DQN, PPO, SAC, TD3
+from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
 
@@ -396,3 +398,48 @@ def _sleeping(step: Any, seconds: float) -> Any:
         return step(action)
 
     return sleeping_step
+
+
+class TorchThreadsRecorder(BaseCallback):
+    """Keeps the trainer's torch thread count at every step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counts: set[int] = set()
+
+    def _on_step(self) -> bool:
+        self.counts.add(torch.get_num_threads())
+        return True
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "env_id", "busy_workers"),
+    [(PPO, "CartPole-v1", True), (SAC, "Pendulum-v1", False)],
+    ids=["on-policy", "off-policy"],
+)
+def test_torch_keeps_to_the_cores_workers_leave_only_while_they_collect_ahead(
+    algorithm: type, env_id: str, busy_workers: bool
+) -> None:
+    # On-policy, a worker collects the next rollout while the trainer trains; off-policy it acts one episode ahead
+    # and waits for the trainer, whose torch keeps every core.
+    cores = os.cpu_count() or 1
+    before = torch.get_num_threads()
+    torch.set_num_threads(cores)
+    recorder = TorchThreadsRecorder()
+    kwargs: dict[str, Any] = {"n_steps": 64, "batch_size": 64} if algorithm is PPO else {"learning_starts": 50}
+    model = get_injected_agent(algorithm)(
+        "MlpPolicy",
+        DummyVecEnv([partial(gym.make, env_id)]),
+        use_mp=False,
+        seed=0,
+        policy_kwargs={"net_arch": [64, 64]},  # not SMALL_NETWORK: off-policy algorithms write use_sde into it
+        **kwargs,
+    )
+    try:
+        model.learn(200, callback=recorder)
+    finally:
+        model.shutdown()
+        threads_after = torch.get_num_threads()
+        torch.set_num_threads(before)
+    assert recorder.counts == {max(1, cores - 1) if busy_workers else cores}
+    assert threads_after == cores

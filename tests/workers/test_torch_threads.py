@@ -38,6 +38,16 @@ def test_workers_leave_torch_the_other_cores_until_their_pool_closes(backend: ty
 
 
 @pytest.mark.usefixtures("all_cores")
+def test_workers_that_mostly_wait_leave_torch_every_core() -> None:
+    pool = WorkerPool([SquareApp, SquareApp], backend=ThreadBackend(), busy_workers=False)
+    try:
+        assert torch.get_num_threads() == CORES
+    finally:
+        pool.close()
+    assert torch.get_num_threads() == CORES
+
+
+@pytest.mark.usefixtures("all_cores")
 def test_the_lowest_limit_holds_and_the_last_release_restores() -> None:
     first, second = object(), object()
     limit_torch_threads(first, CORES - 2)  # leaves 2 cores (at least 1)
