@@ -10,7 +10,10 @@ from abc import abstractmethod
 from collections import deque
 from typing import Any
 
+import torch
+
 from lit_sb3.workers.backend import Backend, WorkerHandle
+from lit_sb3.workers.torch_threads import torch_on_this_thread_alone
 from lit_sb3.workers.worker import run_worker
 
 #: Seconds between the interpreter's forced thread switches while worker threads run (Python's default: 0.005).
@@ -161,15 +164,23 @@ class ThreadWorker(NotifyingHandle):
         self.thread = threading.Thread(
             target=self._run, args=(app_factory,), name=f"lit-sb3-worker-{worker_index}", daemon=True
         )
+        self._torch_set = threading.Event()
+        torch_threads = torch.get_num_threads()
         SWITCH_INTERVAL.hold()
         try:
             self.thread.start()
         except BaseException:
             SWITCH_INTERVAL.release()
             raise
+        self._torch_set.wait()
+        torch.set_num_threads(torch_threads)  # what threads begin with again (the worker's count is its own)
 
     def _run(self, app_factory: bytes) -> None:
         try:
+            try:
+                torch_on_this_thread_alone()
+            finally:
+                self._torch_set.set()
             run_worker(PipeChannel(self.to_worker, self.from_worker), app_factory)
         except BaseException:  # a failure of the loop itself: the pool sees a dead worker and this traceback
             self.failure = traceback.format_exc()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -12,7 +13,7 @@ from lit_sb3.workers.local import LocalBackend
 from lit_sb3.workers.pool import WorkerPool
 from lit_sb3.workers.threads import ThreadBackend
 from lit_sb3.workers.torch_threads import limit_torch_threads, release_torch_threads
-from workers.toy_apps import SquareApp
+from workers.toy_apps import SquareApp, TorchThreadsApp
 
 CORES = os.cpu_count() or 1
 
@@ -66,3 +67,18 @@ def test_a_count_set_by_the_user_meanwhile_is_kept() -> None:
     torch.set_num_threads(3)
     release_torch_threads(holder)
     assert torch.get_num_threads() == 3
+
+
+@pytest.mark.usefixtures("all_cores")
+def test_a_worker_thread_runs_torch_on_itself_alone_and_other_threads_keep_their_count() -> None:
+    pool = WorkerPool([TorchThreadsApp], backend=ThreadBackend(), busy_workers=False)
+    try:
+        assert pool.call(0, "torch_threads").result(timeout=30) == 1
+        assert torch.get_num_threads() == CORES
+        started_later: list[int] = []
+        thread = threading.Thread(target=lambda: started_later.append(torch.get_num_threads()))
+        thread.start()
+        thread.join()
+        assert started_later == [CORES]
+    finally:
+        pool.close()

@@ -7,6 +7,8 @@ import threading
 import time
 from typing import Any, ClassVar
 
+import torch
+
 from lit_sb3.workers.app import TaskError, WorkerApp
 
 #: Longest sleep of a worker waiting for its next unit to be due.
@@ -141,6 +143,17 @@ class SquareApp(WorkerApp):
         dropped = [rid for rid, _ in self._done if request_ids is None or rid in request_ids]
         self._done = [entry for entry in self._done if entry[0] not in dropped]
         return dropped
+
+
+class TorchThreadsApp(SquareApp):
+    """:class:`SquareApp` that also answers ``torch_threads()``: torch's thread count where the worker runs."""
+
+    immediate_methods: ClassVar[frozenset[str]] = frozenset({"torch_threads"})
+    control_methods: ClassVar[frozenset[str]] = frozenset({"torch_threads"})
+
+    def torch_threads(self) -> int:
+        """:return: ``torch.get_num_threads()`` in the worker."""
+        return torch.get_num_threads()
 
 
 class StuckWhileMarked(CountingApp):
