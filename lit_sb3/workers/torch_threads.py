@@ -5,9 +5,10 @@ Torch's intra-op threads wait on each other at every operation. When one of them
 process, each operation waits for the scheduler: PPO's ``train()`` on CartPole (64-unit layers, minibatches of 256)
 took 1.04-1.31 s with 2 threads beside one busy process on 2 cores, 0.26 s with 1 thread, and 0.30 s with 2 threads
 on an idle machine. Beside a worker thread, PPO on 4 gSDE Pendulums ran at 0.95x plain SB3's steps/s with 2
-threads, 1.38-1.41x with one. A :class:`~lit_sb3.workers.pool.WorkerPool` of local processes or threads whose
-workers keep busy limits the threads when it starts and gives them back when it closes, both on its creator's
-thread: torch's count is that thread's (and the one threads started afterwards begin with).
+threads, 1.38-1.41x with one (before worker threads ran torch on themselves alone, below; since then the limit
+makes no measurable difference beside worker threads). A :class:`~lit_sb3.workers.pool.WorkerPool` of local
+processes or threads whose workers keep busy limits the threads when it starts and gives them back when it closes,
+both on its creator's thread: torch's count is that thread's (and the one threads started afterwards begin with).
 
 A worker thread runs its own torch operations on itself alone (:func:`torch_on_this_thread_alone`): the first
 operation big enough to be split would start a second team of OpenMP threads, and from then on the trainer's team
