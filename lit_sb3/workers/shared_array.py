@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import _posixshmem
 import contextlib
+import secrets
 import sys
 import threading
 import weakref
@@ -74,11 +76,34 @@ class SharedArray:
         self.dtype = np.dtype(dtype)
         nbytes = max(1, int(np.prod(shape)) * self.dtype.itemsize)
         with _tracking_lock:
-            block = shared_memory.SharedMemory(create=True, size=nbytes)
+            block = self._create_block(nbytes)
         self.array: np.ndarray = np.ndarray(shape, dtype=self.dtype, buffer=block.buf)
         self.handle = SharedArrayHandle(block.name, tuple(shape), self.dtype.str)
-        # Unlinked when closed, when garbage collected, or at exit, whichever comes first.
-        self._release = weakref.finalize(self, _release, block)
+
+    def _create_block(self, nbytes: int) -> shared_memory.SharedMemory:
+        """
+        Create the block under a name chosen here, so that a creation interrupted anywhere (a Ctrl-C between the
+        segment's creation and its sizing or its registration with the resource tracker) unlinks what it made.
+
+        :param nbytes: Size of the block.
+        :return: The block, unlinked when this array is closed, garbage collected, or at exit, whichever comes first.
+        """
+        while True:
+            name = f"psm_{secrets.token_hex(4)}"  # as the standard library names them
+            block = None
+            try:
+                block = shared_memory.SharedMemory(name, create=True, size=nbytes)
+                self._release = weakref.finalize(self, _release, block)
+                return block
+            except FileExistsError:
+                continue  # another process's segment
+            except BaseException:
+                if block is not None:
+                    _release(block)
+                else:
+                    with contextlib.suppress(FileNotFoundError):
+                        _posixshmem.shm_unlink(f"/{name}")
+                raise
 
     def close(self) -> None:
         """Release and unlink the block (idempotent); :attr:`array` is empty from then on."""

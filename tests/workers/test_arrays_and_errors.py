@@ -1,9 +1,12 @@
-"""Arrays opened in a worker (least recently used closed first) and the pool's errors crossing a pickle."""
+"""Shared arrays (created without leaving a segment behind, opened in a worker least recently used closed first) and
+the pool's errors crossing a pickle."""
 
 from __future__ import annotations
 
+import pathlib
 import pickle
 from dataclasses import dataclass, field
+from multiprocessing import resource_tracker, shared_memory
 
 import numpy as np
 import pytest
@@ -84,3 +87,31 @@ def test_a_pickled_timeout_error_keeps_what_the_units_are_called() -> None:
     copy = pickle.loads(pickle.dumps(error))
     assert str(copy) == str(error) == "episode 4 on worker 1 did not finish within 2.5 s"
     assert (copy.worker_index, copy.unit_index, copy.timeout, copy.unit_name) == (1, 4, 2.5, "episode")
+
+
+SHM = pathlib.Path("/dev/shm")
+
+
+@pytest.mark.skipif(not SHM.is_dir(), reason="shared-memory segments are files of /dev/shm on Linux only")
+@pytest.mark.parametrize("interrupted", ["ftruncate", "register"])
+def test_a_ctrl_c_while_a_segment_is_created_leaves_no_segment(
+    monkeypatch: pytest.MonkeyPatch, interrupted: str
+) -> None:
+    # A KeyboardInterrupt between the segment's creation and its sizing (it would stay, empty) or between its
+    # mapping and its registration with the resource tracker (it would stay, full-size): raised there by stand-ins.
+    def interrupt(*args: object) -> None:
+        raise KeyboardInterrupt
+
+    if interrupted == "ftruncate":
+        monkeypatch.setattr(shared_memory.os, "ftruncate", interrupt)
+    else:
+        monkeypatch.setattr(resource_tracker, "register", interrupt)
+    before = set(SHM.iterdir())
+    with pytest.raises(KeyboardInterrupt):
+        SharedArray((1000,), np.float64)
+    monkeypatch.undo()
+    assert set(SHM.iterdir()) - before == set()
+    array = SharedArray((3,), np.float64)  # still works, and its segment goes when closed
+    assert SHM.joinpath(array.handle.name).exists()
+    array.close()
+    assert not SHM.joinpath(array.handle.name).exists()
