@@ -212,6 +212,7 @@ def main() -> None:
         "--results", default=None, help=f"folder of the result file (default: {RESULTS_FOLDER}; partial runs: none)"
     )
     parser.add_argument("--conditions", default="", help="what else the result file should say (what ran beside it)")
+    parser.add_argument("--name", default="gradient_agents", help="the result file's name (without .json)")
     args = parser.parse_args()
     load = LoadSampler()
     seeds = [0] if args.quick else list(range(args.seeds))
@@ -275,7 +276,7 @@ def main() -> None:
             + args.conditions
         ).strip()
         result = new_result(
-            "gradient_agents", {"gradient_agents": table}, load, conditions=conditions, packages=["sb3-contrib"]
+            args.name, {"gradient_agents": table}, load, conditions=conditions, packages=["sb3-contrib"]
         )
         print(f"\nwrote {save_result(result, args.results or RESULTS_FOLDER)}")
 
