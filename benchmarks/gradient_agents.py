@@ -98,11 +98,12 @@ class Run:
 
 
 class Watch(BaseCallback):
-    """Records when the mean of the last ``window`` episode returns first reaches ``threshold``."""
+    """Records when the mean of the last ``window`` episode returns first reaches ``threshold`` (and stops training
+    there if ``stop``)."""
 
-    def __init__(self, threshold: float, window: int, started: float, run: Run) -> None:
+    def __init__(self, threshold: float, window: int, started: float, run: Run, stop: bool = False) -> None:
         super().__init__()
-        self.threshold, self.window, self.started, self.run = threshold, window, started, run
+        self.threshold, self.window, self.started, self.run, self.stop = threshold, window, started, run, stop
 
     def _on_step(self) -> bool:
         # The mean changes only when an episode ends: checked then, so that a run whose callbacks are called once per
@@ -115,6 +116,7 @@ class Watch(BaseCallback):
             if np.mean(returns) >= self.threshold:
                 self.run.seconds_to_threshold = time.monotonic() - self.started
                 self.run.steps_to_threshold = self.model.num_timesteps
+                return not self.stop
         return True
 
 
@@ -173,13 +175,14 @@ def make_model(case: Case, configuration: str, seed: int) -> tuple[BaseAlgorithm
     return model, model.shutdown
 
 
-def measure(case: Case, configuration: str, seed: int) -> Run:
+def measure(case: Case, configuration: str, seed: int, stop_at_threshold: bool = False) -> Run:
     run = Run()
     started = time.monotonic()  # what a user waits for: building the model (and its processes) and learning
     model, release = make_model(case, configuration, seed)
     timed_train(model, run)
     try:
-        callback = Watch(case.threshold if case.threshold is not None else np.inf, case.window, started, run)
+        threshold = case.threshold if case.threshold is not None else np.inf
+        callback = Watch(threshold, case.window, started, run, stop=stop_at_threshold)
         model.learn(case.budget, callback=callback)
         run.seconds = time.monotonic() - started
         run.steps = model.num_timesteps
@@ -212,6 +215,9 @@ def main() -> None:
         "--results", default=None, help=f"folder of the result file (default: {RESULTS_FOLDER}; partial runs: none)"
     )
     parser.add_argument("--conditions", default="", help="what else the result file should say (what ran beside it)")
+    parser.add_argument(
+        "--stop-at-threshold", action="store_true", help="end each run at its threshold (steps/s until then)"
+    )
     parser.add_argument("--name", default="gradient_agents", help="the result file's name (without .json)")
     args = parser.parse_args()
     load = LoadSampler()
@@ -257,7 +263,7 @@ def main() -> None:
                 if not compared:
                     continue
             for configuration in [*plain, *compared]:
-                run = measure(case, configuration, seed)
+                run = measure(case, configuration, seed, args.stop_at_threshold)
                 case.results.setdefault(configuration, []).append(run)
                 print(
                     f"seed {seed} | {case.name} | {configuration}: {run.steps_per_second:,.0f} steps/s, "
@@ -273,6 +279,7 @@ def main() -> None:
             f"seeds {', '.join(map(str, seeds))}, medians. lit_sb3 threads and lit_sb3 processes run at default "
             "arguments (use_mp aside); the one-worker-per-env rows set n_workers=8. "
             + (f"async-gym-agents {version('async-gym-agents')}. " if reference else "")
+            + ("Each run ends at its threshold: steps/s until then. " if args.stop_at_threshold else "")
             + args.conditions
         ).strip()
         result = new_result(
