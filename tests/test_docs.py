@@ -132,6 +132,7 @@ def test_benchmark_tables_match_their_result_files() -> None:
         "chaos_ray",
         "engine",
         "gradient_agents",
+        "gradient_agents_sac_seeds",
         "learning_study",
         "learning_study_mujoco",
         "ray_backend",
