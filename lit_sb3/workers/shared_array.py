@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import _posixshmem
 import contextlib
 import secrets
 import sys
@@ -17,6 +16,9 @@ import numpy as np
 
 from lit_sb3.checks import check_positive_int
 from lit_sb3.workers.arrays import ArrayHandle, ArrayPublisher, SupportsClose
+
+if sys.platform != "win32":  # Windows frees a block with its last handle: nothing there outlives its process
+    import _posixshmem
 
 
 @dataclass(frozen=True)
@@ -100,7 +102,7 @@ class SharedArray:
             except BaseException:
                 if block is not None:
                     _release(block)
-                else:
+                elif sys.platform != "win32":
                     with contextlib.suppress(FileNotFoundError):
                         _posixshmem.shm_unlink(f"/{name}")
                 raise
