@@ -275,10 +275,12 @@ def main() -> None:
     table = result_table(cases, seeds)
     print("\n" + table.markdown())
     if args.results or not (args.quick or args.only or args.cases):
+        ran = {configuration for case in cases for configuration in case.results}
         conditions = (
             f"seeds {', '.join(map(str, seeds))}, medians. lit_sb3 threads and lit_sb3 processes run at default "
-            "arguments (use_mp aside); the one-worker-per-env rows set n_workers=8. "
-            + (f"async-gym-agents {version('async-gym-agents')}. " if reference else "")
+            "arguments (use_mp aside). "
+            + ("The one-worker-per-env rows set n_workers=8. " if ran & set(one_per_env) else "")
+            + (f"async-gym-agents {version('async-gym-agents')}. " if ran & set(reference) else "")
             + ("Each run ends at its threshold: steps/s until then. " if args.stop_at_threshold else "")
             + args.conditions
         ).strip()
