@@ -35,7 +35,7 @@ Subcommands::
     python benchmarks/learning_study.py run --task halfcheetah --config ars --seed 0 --out runs.jsonl
     python benchmarks/learning_study.py queue jobs.txt --out runs.jsonl   # runs "task config seed [budget]" lines
     python benchmarks/learning_study.py report runs.jsonl                 # the table (markdown; --results: a file)
-    python benchmarks/learning_study.py figures runs.jsonl figures/       # one learning-curve PNG per task
+    python benchmarks/learning_study.py figures runs.jsonl figures/       # learning curves: per task, and suite.png
 
 ``queue`` takes the first line of the jobs file off it and runs it, until the file is empty, so the queue can be
 edited while it runs. The job being run is kept in ``JOBS.running``; a queue started later puts the jobs of a queue
@@ -1036,44 +1036,81 @@ def seeds_on_grid(group: list[dict[str, Any]], grid: np.ndarray) -> np.ndarray:
     return returns
 
 
+def plot_configuration(axes: Any, group: list[dict[str, Any]], grid: np.ndarray, label: str) -> None:
+    """Plot the median return over the seeds still running at each env step (line), their interquartile range
+    (dark band) and their range (light band)."""
+    returns = seeds_on_grid(group, grid)
+    present = np.isfinite(returns).any(axis=0)
+    with np.errstate(all="ignore"):
+        low, q25, median, q75, high = np.nanpercentile(returns[:, present], [0, 25, 50, 75, 100], axis=0)
+    seeds = f"{len(group)} seed{'s' if len(group) > 1 else ''}"
+    (line,) = axes.plot(grid[present], median, label=f"{label} ({seeds})")
+    axes.fill_between(grid[present], q25, q75, color=line.get_color(), alpha=0.3, linewidth=0)
+    axes.fill_between(grid[present], low, high, color=line.get_color(), alpha=0.1, linewidth=0)
+
+
+def plot_task(axes: Any, task_name: str, groups: dict[str, list[dict[str, Any]]], labels: dict[str, str]) -> None:
+    """Plot the configurations ``groups`` of a task, with its threshold.
+
+    :param labels: Each configuration's label in the legend.
+    """
+    task = TASKS[task_name].task
+    largest = max(record["curve"][-1][0] for group in groups.values() for record in group)
+    grid = np.linspace(0, largest, 400)
+    for config_name, group in groups.items():
+        plot_configuration(axes, group, grid, labels[config_name])
+    axes.axhline(task.threshold, color="black", linestyle="--", linewidth=1, label=f"threshold {task.threshold:g}")
+    axes.set_xlabel("env steps")
+    axes.grid(alpha=0.3)
+
+
 def figures(runs_file: str, folder: str) -> None:
     """
-    Write one learning-curve figure per task (``TASK.png``): per configuration, the median return over the seeds
-    still running at each env step (line), their interquartile range (dark band) and their range (light band).
+    Write one learning-curve figure per task (``TASK.png``, every configuration) and one of the suite
+    (``suite.png``: per task, lit_sb3's choice, EvoTorch's best configuration and sb3-contrib's ARS, ranked as
+    ``render_results.py`` ranks them): per configuration, the median return over the seeds still running at each env
+    step, their interquartile range and their range.
     """
     import matplotlib
+    from render_results import RIVALS, families
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     Path(folder).mkdir(parents=True, exist_ok=True)
+    records = read_records(runs_file)
     by_task: dict[str, dict[str, list[dict[str, Any]]]] = {}
-    for (task_name, config_name), group in group_records(read_records(runs_file)).items():
+    for (task_name, config_name), group in group_records(records).items():
         by_task.setdefault(task_name, {})[config_name] = group
     for task_name, configs in by_task.items():
-        task = TASKS[task_name].task
         figure, axes = plt.subplots(figsize=(8, 5))
-        largest = max(record["curve"][-1][0] for group in configs.values() for record in group)
-        grid = np.linspace(0, largest, 400)
-        for config_name, group in configs.items():
-            returns = seeds_on_grid(group, grid)
-            present = np.isfinite(returns).any(axis=0)
-            with np.errstate(all="ignore"):
-                low, q25, median, q75, high = np.nanpercentile(returns[:, present], [0, 25, 50, 75, 100], axis=0)
-            seeds = f"{len(group)} seed{'s' if len(group) > 1 else ''}"
-            (line,) = axes.plot(grid[present], median, label=f"{LABELS[config_name]} ({seeds})")
-            axes.fill_between(grid[present], q25, q75, color=line.get_color(), alpha=0.3, linewidth=0)
-            axes.fill_between(grid[present], low, high, color=line.get_color(), alpha=0.1, linewidth=0)
-        axes.axhline(task.threshold, color="black", linestyle="--", linewidth=1, label=f"threshold {task.threshold:g}")
-        axes.set_xlabel("env steps")
+        plot_task(axes, task_name, configs, LABELS)
         axes.set_ylabel(f"mean return of the centre, {N_EVAL_EPISODES} episodes")
-        axes.set_title(f"{task.env_id}: median over seeds, IQR and range")
+        axes.set_title(f"{TASKS[task_name].task.env_id}: median over seeds, IQR and range")
         axes.legend(fontsize="small")
-        axes.grid(alpha=0.3)
         figure.tight_layout()
         figure.savefig(Path(folder) / f"{task_name}.png", dpi=120)
         plt.close(figure)
         print(Path(folder) / f"{task_name}.png")
+    config_names = {label: name for name, label in LABELS.items()}
+    rows = study_table(records, {}).rows
+    best = [families(rows, prefix) for prefix in ("lit_sb3", *(prefix for prefix, _ in RIVALS.values()))]
+    figure, all_axes = plt.subplots(2, 3, figsize=(15, 8.5))
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for axes, task_name in zip(all_axes.flat, by_task, strict=False):
+        present = [index for index, family in enumerate(best) if task_name in family]
+        shown = [config_names[best[index][task_name][0]["configuration"]] for index in present]
+        axes.set_prop_cycle(color=[colours[index] for index in present])  # one colour per family in every panel
+        plot_task(axes, task_name, {name: by_task[task_name][name] for name in shown}, LABELS)
+        axes.set_title(TASKS[task_name].task.env_id)
+        axes.legend(fontsize="x-small")
+    for axes in all_axes.flat[len(by_task) :]:
+        axes.set_axis_off()
+    figure.suptitle("lit_sb3's choice, EvoTorch's best and sb3-contrib's ARS: median over seeds, IQR and range")
+    figure.tight_layout()
+    figure.savefig(Path(folder) / "suite.png", dpi=90)
+    plt.close(figure)
+    print(Path(folder) / "suite.png")
 
 
 def main() -> None:

@@ -162,33 +162,44 @@ def steps_or_inf(figure: Any) -> float:
     return float(median) if isinstance(median, (int, float)) else float("inf")
 
 
+def rank(candidate: dict[str, Any]) -> tuple[bool, float, float, float]:
+    """
+    :param candidate: A row of a learning study's table.
+    :return: Its sort key: the reliable configurations first (at least 3 seeds run and 4 in 5 of them at the
+        threshold), then by the median env steps to the threshold, the share of seeds at the threshold and the median
+        return at the end of their runs (a configuration run longer may come first: it is the best policy found).
+    """
+    reached, seeds = (int(part) for part in candidate["reached"].split("/"))
+    reliable = seeds >= 3 and reached >= 0.8 * seeds
+    return not reliable, steps_or_inf(candidate["steps_to_threshold"]), -reached / seeds, -candidate["final_return"]
+
+
+def ending(candidate: dict[str, Any]) -> str:
+    """:return: The median return at the end of a configuration's runs, and their budget."""
+    return f"{candidate['final_return']:,} at {candidate['budget']} steps"
+
+
+def families(rows: list[dict[str, Any]], prefix: str) -> dict[str, list[dict[str, Any]]]:
+    """
+    :param rows: The rows of a learning study's table.
+    :return: Those whose configuration starts with ``prefix``, by task, best first (:func:`rank`).
+    """
+    by_task: dict[str, list[dict[str, Any]]] = {}
+    for candidate in rows:
+        if candidate["configuration"].startswith(prefix):
+            by_task.setdefault(candidate["task"], []).append(candidate)
+    return {task: sorted(candidates, key=rank) for task, candidates in by_task.items()}
+
+
 def choices(result: Result) -> Table:
     """
-    :return: Per task of a learning study, lit_sb3's configuration with the fewest median env steps to the threshold
-        among the reliable ones (at least 3 seeds run and 4 in 5 of them at the threshold), then among the others by
-        the same median, the share of seeds at the threshold and the median return at the end of their runs (a
-        configuration run longer may come first: it is the best policy found); and the next one.
+    :return: Per task of a learning study, lit_sb3's configuration that comes first by :func:`rank`, and the next one.
     """
     columns = [Column("task", "task"), Column("choose", "choose"), Column("reached", "seeds at threshold")]
     columns += [Column("steps", "env steps to threshold: median (IQR)", ",.0f")]
     columns += [Column("final", "return at the end of the runs (median)"), Column("next", "next best")]
     table = Table(columns)
-    by_task: dict[str, list[dict[str, Any]]] = {}
-    for candidate in result.tables["learning_study"].rows:
-        if candidate["configuration"].startswith("lit_sb3"):
-            by_task.setdefault(candidate["task"], []).append(candidate)
-
-    def rank(candidate: dict[str, Any]) -> tuple[bool, float, float, float]:
-        reached, seeds = (int(part) for part in candidate["reached"].split("/"))
-        reliable = seeds >= 3 and reached >= 0.8 * seeds
-        median = steps_or_inf(candidate["steps_to_threshold"])
-        return not reliable, median, -reached / seeds, -candidate["final_return"]
-
-    def ending(candidate: dict[str, Any]) -> str:
-        return f"{candidate['final_return']:,} at {candidate['budget']} steps"
-
-    for task, candidates in by_task.items():
-        best, *others = sorted(candidates, key=rank)
+    for task, (best, *others) in families(result.tables["learning_study"].rows, "lit_sb3").items():
         following = ""
         if others:
             median = steps_or_inf(others[0]["steps_to_threshold"])
@@ -199,8 +210,62 @@ def choices(result: Result) -> Table:
     return table
 
 
+#: The rivals of a learning study: the start of their configurations' labels, and their column's title.
+RIVALS = {
+    "evotorch": ("EvoTorch", "EvoTorch's best"),
+    "contrib": ("sb3-contrib ARS", "sb3-contrib's ARS at rl-zoo's settings"),
+}
+
+
+def versus(result: Result) -> Table:
+    """
+    :return: Per task of a learning study, lit_sb3's choice (:func:`choices`) beside EvoTorch's best configuration
+        and sb3-contrib's ARS by the same rank: seeds at the threshold, median env steps and wall time to it (or the
+        median return at the end of the runs), and the ratios of lit_sb3's median wall time and CPU-seconds to the
+        threshold to theirs.
+    """
+    columns = [Column("task", "task"), Column("lit_sb3", "lit_sb3's choice")]
+    for key, (name, title) in RIVALS.items():
+        columns += [Column(key, title), Column(f"{key}_ratio", f"/ {name.split()[0]}: wall time; CPU-seconds")]
+    table = Table(columns)
+    rivals = {key: families(result.tables["learning_study"].rows, prefix) for key, (prefix, _) in RIVALS.items()}
+    for task, (ours, *_) in families(result.tables["learning_study"].rows, "lit_sb3").items():
+        row = {"task": task, "lit_sb3": summary(ours, named=True)}
+        for key in RIVALS:
+            theirs = rivals[key].get(task, [None])[0]
+            row[key] = "not run" if theirs is None else summary(theirs, named=key != "contrib")
+            row[f"{key}_ratio"] = "-" if theirs is None else time_ratios(ours, theirs)
+        table.rows.append(row)
+    return table
+
+
+def summary(candidate: dict[str, Any], named: bool) -> str:
+    """
+    :param named: Whether to start with the configuration's short name.
+    :return: Seeds at the threshold and median steps and wall time to it, or the median return at the end.
+    """
+    name = re.sub(r"^(lit_sb3|EvoTorch [\d.]+) | \([^)]*\)|, GymNE 2 actors", "", candidate["configuration"])
+    steps, wall = steps_or_inf(candidate["steps_to_threshold"]), steps_or_inf(candidate["wall_to_threshold"])
+    reached = f"{candidate['reached']}, {ending(candidate)}"
+    if steps != float("inf"):
+        reached = f"{candidate['reached']}, {steps / 1e6:.3g}M steps, {wall:,.0f} s"
+    return f"{name}: {reached}" if named else reached
+
+
+def time_ratios(ours: dict[str, Any], theirs: dict[str, Any]) -> str:
+    """:return: Our median wall time and CPU-seconds to the threshold over theirs ("-" where ours is not reached)."""
+    ratios = []
+    for column in ("wall_to_threshold", "cpu_to_threshold"):
+        mine, other = steps_or_inf(ours[column]), steps_or_inf(theirs[column])
+        if mine == float("inf"):
+            ratios.append("-")
+        else:
+            ratios.append("only ours reached" if other == float("inf") else f"{mine / other:.2f}")
+    return "; ".join(dict.fromkeys(ratios))
+
+
 #: Tables computed from a result's tables, by the name a marker gives them.
-DERIVED: dict[str, Callable[[Result], Table]] = {"choose": choices}
+DERIVED: dict[str, Callable[[Result], Table]] = {"choose": choices, "versus": versus}
 
 HEADLINES: dict[str, Callable[[Result], str]] = {
     "asynceval_vs_sb3contrib": headline_asynceval,
