@@ -1008,10 +1008,14 @@ def report(runs_file: str, throughput_file: str | None, results_folder: str | No
             rates[measured["task"], measured["config"]] = measured["steps_per_second"]
     table = study_table(records, rates)
     loads = [value for r in records for value in (r["load_before"], r["load_after"])]
+    latest = [record for group in group_records(records).values() for record in group]
+    wall_hours, cpu_hours = (sum(record["curve"][-1][index] for record in latest) / 3600 for index in (1, 3))
     summary = (
         f"{len(records)} runs of {runs_file}, one at a time; load average {min(loads):.1f}-{max(loads):.1f} "
-        f"(median {statistics.median(loads):.1f}) at the runs' starts and ends. Median (interquartile range) over "
-        "seeds; n/r: not reached within the budget, counted as infinitely long."
+        f"(median {statistics.median(loads):.1f}) at the runs' starts and ends. The {len(latest)} runs in the table "
+        f"trained for {wall_hours:.1f} hours of wall time and {cpu_hours:.1f} CPU-hours in all (start-up and "
+        "evaluations of the centre left out). Median (interquartile range) over seeds; n/r: not reached within the "
+        "budget, counted as infinitely long."
     )
     print(table.markdown(), f"\n{summary}", sep="\n")
     if results_folder is not None:
