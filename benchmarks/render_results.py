@@ -228,8 +228,9 @@ def versus(result: Result) -> Table:
     for key, (name, title) in RIVALS.items():
         columns += [Column(key, title), Column(f"{key}_ratio", f"/ {name.split()[0]}: wall time; CPU-seconds")]
     table = Table(columns)
-    rivals = {key: families(result.tables["learning_study"].rows, prefix) for key, (prefix, _) in RIVALS.items()}
-    for task, (ours, *_) in families(result.tables["learning_study"].rows, "lit_sb3").items():
+    rows = result.tables["learning_study"].rows
+    rivals = {key: families(rows, prefix) for key, (prefix, _) in RIVALS.items()}
+    for task, (ours, *_) in families(rows, "lit_sb3").items():
         row = {"task": task, "lit_sb3": summary(ours, named=True)}
         for key in RIVALS:
             theirs = rivals[key].get(task, [None])[0]
