@@ -207,11 +207,13 @@ TASKS = {
 }
 
 
-def make_env(env_id: str, normalize: bool, clip_obs: float = 10.0, training: bool = True) -> VecEnv:
+def make_env(
+    env_id: str, normalize: bool, clip_obs: float = 10.0, epsilon: float = 1e-8, training: bool = True
+) -> VecEnv:
     """:return: The vectorised environment of a task (``VecNormalize(norm_reward=False)`` for ARS V2)."""
     env: VecEnv = DummyVecEnv([lambda: gym.make(env_id)])
     if normalize:
-        env = VecNormalize(env, norm_reward=False, training=training, clip_obs=clip_obs)
+        env = VecNormalize(env, norm_reward=False, training=training, clip_obs=clip_obs, epsilon=epsilon)
     return env
 
 
@@ -259,6 +261,7 @@ class Config:
     :param async_eval: ``"lit_sb3"`` or ``"sb3-contrib"``: what evaluates the candidates, on 2 workers.
     :param clip_obs: ``VecNormalize``'s ``clip_obs`` (None: the task's).
     :param normalize: Whether observations are normalised (``VecNormalize``; None: as the task says).
+    :param obs_epsilon: ``VecNormalize``'s ``epsilon``, added to the variance before its square root.
     :param resumable: Whether a run saves checkpoints and goes on from them. sb3-contrib's ARS cannot: its merge
         takes the count it last synced to the workers (``old_count``, saved with the model) off what the workers
         return, and a new pool's workers never got those statistics, so the merged variance goes negative.
@@ -268,7 +271,15 @@ class Config:
     async_eval: str = "lit_sb3"
     clip_obs: float | None = None
     normalize: bool | None = None
+    obs_epsilon: float = 1e-8
     resumable: bool = True
+
+    def env_maker(self, study_task: StudyTask) -> functools.partial[VecEnv]:
+        """:return: Builds the task's environment for this configuration (``training=False``: to evaluate)."""
+        task = study_task.task
+        normalize = task.normalize if self.normalize is None else self.normalize
+        clip_obs = study_task.clip_obs if self.clip_obs is None else self.clip_obs
+        return functools.partial(make_env, task.env_id, normalize, clip_obs, self.obs_epsilon)
 
 
 def ours(**changes: Any) -> Callable[[StudyTask, VecEnv, int], BaseAlgorithm]:
@@ -349,6 +360,7 @@ CONFIGS: dict[str, Config] = {
     "es": Config(es),
     "cem": Config(cem),
     "pgpe": Config(pgpe, normalize=True),
+    "pgpe-variance-floor": Config(pgpe, normalize=True, clip_obs=1e6, obs_epsilon=1e-2),
     "snes": Config(snes),
     "xnes": Config(xnes),
     "snes-no-alive-bonus": Config(without_alive_bonus(snes)),
@@ -687,16 +699,16 @@ def run(task_name: str, config_name: str, seed: int, budget: int | None, checkpo
 def run_sb3(study_task: StudyTask, config: Config, seed: int, checkpoint: Checkpoint | None) -> StudyCurve:
     """Train a Stable-Baselines3 population algorithm with ``learn(async_eval=...)`` (from its checkpoint if any)."""
     task = study_task.task
-    clip_obs = study_task.clip_obs if config.clip_obs is None else config.clip_obs
-    normalize = task.normalize if config.normalize is None else config.normalize
-    env = make_env(task.env_id, normalize, clip_obs)
+    env_maker = config.env_maker(study_task)
+    env = env_maker()
     model = config.make_model(study_task, env, seed)
-    watcher = StudyWatcher(study_task, make_env(task.env_id, normalize, clip_obs, training=False), checkpoint)
+    watcher = StudyWatcher(study_task, env_maker(training=False), checkpoint)
     if checkpoint is not None and checkpoint.state_file.exists():
         model, state = checkpoint.load(model, env)
         watcher.study_curve.restore(state)
-    env_fns: list[Callable[[], VecEnv]] = [functools.partial(make_env, task.env_id, normalize, clip_obs)] * N_WORKERS
-    async_eval: Any = (AsyncEval if config.async_eval == "lit_sb3" else ContribAsyncEval)(env_fns, model.policy)
+    async_eval: Any = (AsyncEval if config.async_eval == "lit_sb3" else ContribAsyncEval)(
+        [env_maker] * N_WORKERS, model.policy
+    )
     try:
         remaining = task.budget - model.num_timesteps
         model.learn(remaining, callback=watcher, reset_num_timesteps=False, async_eval=async_eval)  # type: ignore[call-arg]
@@ -771,12 +783,11 @@ def run_evotorch(study_task: StudyTask, config: EvoTorchConfig, seed: int) -> St
 def throughput(task_name: str, config_name: str, steps: int) -> dict[str, Any]:
     """Training env steps per second on 2 workers, without evaluations, from the start of ``learn()``."""
     study_task, config = TASKS[task_name], CONFIGS[config_name]
-    task = study_task.task
-    clip_obs = study_task.clip_obs if config.clip_obs is None else config.clip_obs
-    normalize = task.normalize if config.normalize is None else config.normalize
-    model = config.make_model(study_task, make_env(task.env_id, normalize, clip_obs), 0)
-    env_fns: list[Callable[[], VecEnv]] = [functools.partial(make_env, task.env_id, normalize, clip_obs)] * N_WORKERS
-    async_eval: Any = (AsyncEval if config.async_eval == "lit_sb3" else ContribAsyncEval)(env_fns, model.policy)
+    env_maker = config.env_maker(study_task)
+    model = config.make_model(study_task, env_maker(), 0)
+    async_eval: Any = (AsyncEval if config.async_eval == "lit_sb3" else ContribAsyncEval)(
+        [env_maker] * N_WORKERS, model.policy
+    )
     load_before = uptime_load()
     try:
         began = time.perf_counter()
@@ -912,6 +923,7 @@ LABELS = {
     "es": "lit_sb3 ES",
     "cem": "lit_sb3 CEM",
     "pgpe": "lit_sb3 PGPE + ClipUp (EvoTorch's MuJoCo recipe)",
+    "pgpe-variance-floor": "lit_sb3 PGPE + ClipUp, observations normalised as EvoTorch's (variance + 0.01, no clip)",
     "snes": "lit_sb3 SNES",
     "xnes": "lit_sb3 XNES",
     "snes-no-alive-bonus": "lit_sb3 SNES, alive bonus removed",
