@@ -366,6 +366,7 @@ CONFIGS: dict[str, Config] = {
     "snes-no-alive-bonus": Config(without_alive_bonus(snes)),
     "xnes-no-alive-bonus": Config(without_alive_bonus(xnes)),
     "cmaes-no-alive-bonus": Config(without_alive_bonus(cmaes)),
+    "cmaes-separable": Config(functools.partial(cmaes, cma_options={"CMA_diagonal": True})),
 }
 
 
@@ -929,6 +930,7 @@ LABELS = {
     "snes-no-alive-bonus": "lit_sb3 SNES, alive bonus removed",
     "xnes-no-alive-bonus": "lit_sb3 XNES, alive bonus removed",
     "cmaes-no-alive-bonus": "lit_sb3 CMAES, alive bonus removed",
+    "cmaes-separable": "lit_sb3 CMAES, separable (diagonal covariance)",
     "evotorch-pgpe": "EvoTorch 0.6.1 PGPE + ClipUp (its MuJoCo recipe), GymNE 2 actors",
     "evotorch-cmaes": "EvoTorch 0.6.1 CMA-ES, GymNE 2 actors",
     "evotorch-snes": "EvoTorch 0.6.1 SNES, GymNE 2 actors",
