@@ -54,6 +54,7 @@ import argparse
 import dataclasses
 import fcntl
 import functools
+import itertools
 import json
 import os
 import random
@@ -86,7 +87,7 @@ from lit_sb3.evaluation.seeding import episode_seed
 from lit_sb3.vec_env import CandidateEval, InProcessEval
 
 N_WORKERS = 2
-CPU_MEASURE = "psutil: main process + every descendant process (user + system)"
+CPU_MEASURE = "psutil: main process + every descendant process (user + system), told apart by pid and start since boot"
 
 # The ARS paper's table 9 (V2-t, observation normalisation); the shift is code/ars.py's "--shift" (alive bonus).
 ARS_PAPER_HOPPER = {"n_delta": 8, "n_top": 4, "learning_rate": 0.01, "delta_std": 0.025, "alive_bonus_offset": -1}
@@ -473,7 +474,10 @@ class ProcessTreeCpu:
                 try:
                     with child.oneshot():
                         times = child.cpu_times()
-                        self._descendants[child.pid, child.create_time()] = times.user + times.system
+                        # Its start in seconds since boot: create_time() follows the wall clock, and a step of that
+                        # clock would make every descendant look new and count it twice.
+                        started = round(child.create_time() - psutil.boot_time(), 2)
+                        self._descendants[child.pid, started] = times.user + times.system
                 except psutil.NoSuchProcess:
                     pass
             own = self._process.cpu_times()
@@ -1010,12 +1014,45 @@ def study_table(records: list[dict[str, Any]], rates: dict[tuple[str, str], floa
     return table
 
 
+def without_double_counts(record: dict[str, Any], cpus: int) -> tuple[dict[str, Any], int]:
+    """
+    Take out of a run's CPU-seconds what runs measured before :class:`ProcessTreeCpu` told processes apart by their
+    start since boot counted twice: a step of the wall clock made every descendant process look new, and the clock
+    jumped by their CPU-seconds so far. Where CPU-seconds rose between two points of the curve faster than ``cpus``
+    cores can (with 10% and 30 s to spare), the rise becomes the run's rate elsewhere times the wall time.
+
+    :param record: A run, as logged.
+    :param cpus: The cores of the machine the run ran on.
+    :return: The record with its CPU-seconds (curve and threshold) corrected, and how many rises were replaced.
+    """
+    curve = record["curve"]
+    if len(curve[0]) < 4:
+        return record, 0
+    rises = [(after[1] - before[1], after[3] - before[3]) for before, after in itertools.pairwise(curve)]
+    doubled = [cpu > 1.1 * cpus * wall + 30.0 for wall, cpu in rises]
+    if not any(doubled):
+        return record, 0
+    kept = [rise for rise, bad in zip(rises, doubled, strict=True) if not bad]
+    kept_wall = sum(wall for wall, _ in kept)
+    rate = sum(cpu for _, cpu in kept) / kept_wall if kept_wall > 0 else float(cpus)
+    corrected = [list(curve[0])]
+    for point, (wall, cpu), bad in zip(curve[1:], rises, doubled, strict=True):
+        corrected.append([*point[:3], corrected[-1][3] + (rate * wall if bad else cpu)])
+    fixed = {**record, "curve": corrected}
+    if record.get("cpu_to_threshold") is not None:
+        at = max(index for index, point in enumerate(curve) if point[0] <= record["steps_to_threshold"])
+        fixed["cpu_to_threshold"] = record["cpu_to_threshold"] + corrected[at][3] - curve[at][3]
+    return fixed, sum(doubled)
+
+
 def report(runs_file: str, throughput_file: str | None, results_folder: str | None, name: str) -> None:
     """
-    Print the table of every (task, configuration) in the log (see :func:`study_table`); with ``results_folder``,
-    also write it as the result file ``name``.
+    Print the table of every (task, configuration) in the log (see :func:`study_table`), CPU-seconds without double
+    counts (:func:`without_double_counts`); with ``results_folder``, also write it as the result file ``name``.
     """
-    records = read_records(runs_file)
+    checked = [without_double_counts(record, os.cpu_count() or 1) for record in read_records(runs_file)]
+    records = [record for record, _ in checked]
+    corrections = [count for _, count in checked if count]
     rates: dict[tuple[str, str], float] = {}
     if throughput_file is not None:
         for measured in read_records(throughput_file):
@@ -1031,6 +1068,12 @@ def report(runs_file: str, throughput_file: str | None, results_folder: str | No
         "evaluations of the centre left out). Median (interquartile range) over seeds; n/r: not reached within the "
         "budget, counted as infinitely long."
     )
+    if corrections:
+        summary += (
+            f" The CPU-seconds of {len(corrections)} runs rose faster than {os.cpu_count()} cores can between "
+            f"{sum(corrections)} pairs of evaluations (a step of the wall clock counted their processes twice): "
+            "those rises are replaced by each run's rate elsewhere."
+        )
     print(table.markdown(), f"\n{summary}", sep="\n")
     if results_folder is not None:
         load = LoadSampler()
