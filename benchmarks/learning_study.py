@@ -36,6 +36,7 @@ Subcommands::
     python benchmarks/learning_study.py queue jobs.txt --out runs.jsonl   # runs "task config seed [budget]" lines
     python benchmarks/learning_study.py report runs.jsonl                 # the table (markdown; --results: a file)
     python benchmarks/learning_study.py figures runs.jsonl figures/       # learning curves: per task, and suite.png
+    python benchmarks/learning_study.py update-cost --task humanoid --config xnes  # ask/tell alone, no env steps
 
 ``queue`` takes the first line of the jobs file off it and runs it, until the file is empty, so the queue can be
 edited while it runs. The job being run is kept in ``JOBS.running``; a queue started later puts the jobs of a queue
@@ -1174,6 +1175,35 @@ def figures(runs_file: str, folder: str) -> None:
     print(Path(folder) / "suite.png")
 
 
+def update_cost(task_name: str, config_name: str, rounds: int) -> dict[str, Any]:
+    """
+    Time the optimiser alone, without the environment: ``ask()`` and ``tell()`` with random returns, the median of
+    ``rounds`` rounds (each candidate counted as 1,000 env steps where the round has an interaction budget).
+    """
+    study_task, config = TASKS[task_name], CONFIGS[config_name]
+    model = config.make_model(study_task, config.env_maker(study_task)(), 0)
+    rng = np.random.default_rng(0)
+    ask_seconds, tell_seconds = [], []
+    for _ in range(rounds):
+        began = time.perf_counter()
+        candidates = model.ask()  # type: ignore[attr-defined]
+        asked = time.perf_counter()
+        budget = getattr(model, "num_interactions", None)
+        interactions = None if budget is None else np.full(len(candidates), max(1_000, budget // len(candidates)))
+        model.tell(rng.normal(size=len(candidates)), interactions)  # type: ignore[attr-defined]
+        ask_seconds.append(asked - began)
+        tell_seconds.append(time.perf_counter() - asked)
+    return {
+        "task": task_name,
+        "config": config_name,
+        "n_params": int(model.policy.parameters_to_vector().size),
+        "candidates": len(candidates),
+        "ask_seconds": statistics.median(ask_seconds),
+        "tell_seconds": statistics.median(tell_seconds),
+        "load": uptime_load(),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -1199,6 +1229,10 @@ def main() -> None:
     report_parser.add_argument("--throughput", help="JSON-lines log of throughput runs")
     report_parser.add_argument("--results", help="write the table as a result file into this folder too")
     report_parser.add_argument("--name", default="learning_study", help="the result file's name (without .json)")
+    cost_parser = commands.add_parser("update-cost")
+    cost_parser.add_argument("--task", choices=list(TASKS), required=True)
+    cost_parser.add_argument("--config", choices=list(CONFIGS), required=True)
+    cost_parser.add_argument("--rounds", type=int, default=3)
     figures_parser = commands.add_parser("figures")
     figures_parser.add_argument("runs")
     figures_parser.add_argument("folder", help="where the PNGs are written (created if missing)")
@@ -1223,6 +1257,8 @@ def main() -> None:
         queue(args.jobs, args.out)
     elif args.command == "figures":
         figures(args.runs, args.folder)
+    elif args.command == "update-cost":
+        print(update_cost(args.task, args.config, args.rounds), flush=True)
     else:
         report(args.runs, args.throughput, args.results, args.name)
 
