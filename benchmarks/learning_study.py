@@ -1178,7 +1178,7 @@ def figures(runs_file: str, folder: str) -> None:
 def update_cost(task_name: str, config_name: str, rounds: int) -> dict[str, Any]:
     """
     Time the optimiser alone, without the environment: ``ask()`` and ``tell()`` with random returns, the median of
-    ``rounds`` rounds (each candidate counted as 1,000 env steps where the round has an interaction budget).
+    ``rounds`` rounds (under an interaction budget, each candidate counts enough env steps to end the round).
     """
     study_task, config = TASKS[task_name], CONFIGS[config_name]
     model = config.make_model(study_task, config.env_maker(study_task)(), 0)
