@@ -1138,18 +1138,21 @@ def figures(runs_file: str, folder: str) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from cycler import cycler
 
     Path(folder).mkdir(parents=True, exist_ok=True)
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     records = read_records(runs_file)
     by_task: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for (task_name, config_name), group in group_records(records).items():
         by_task.setdefault(task_name, {})[config_name] = group
     for task_name, configs in by_task.items():
-        figure, axes = plt.subplots(figsize=(8, 5))
+        figure, axes = plt.subplots(figsize=(8, 5 + 0.2 * len(configs)))  # the legend goes below the curves
+        axes.set_prop_cycle(cycler(linestyle=["-", "--", ":"]) * cycler(color=colours))  # past 10 colours, dashed
         plot_task(axes, task_name, configs, LABELS)
         axes.set_ylabel(f"mean return of the centre, {N_EVAL_EPISODES} episodes")
         axes.set_title(f"{TASKS[task_name].task.env_id}: median over seeds, IQR and range")
-        axes.legend(fontsize="small")
+        axes.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.12))
         figure.tight_layout()
         figure.savefig(Path(folder) / f"{task_name}.png", dpi=120)
         plt.close(figure)
@@ -1158,7 +1161,6 @@ def figures(runs_file: str, folder: str) -> None:
     rows = study_table(records, {}).rows
     best = [families(rows, prefix) for prefix in ("lit_sb3", *(prefix for prefix, _ in RIVALS.values()))]
     figure, all_axes = plt.subplots(2, 3, figsize=(15, 8.5))
-    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for axes, task_name in zip(all_axes.flat, by_task, strict=False):
         present = [index for index, family in enumerate(best) if task_name in family]
         shown = [config_names[best[index][task_name][0]["configuration"]] for index in present]
