@@ -1051,7 +1051,8 @@ def report(runs_file: str, throughput_file: str | None, results_folder: str | No
     Print the table of every (task, configuration) in the log (see :func:`study_table`), CPU-seconds without double
     counts (:func:`without_double_counts`); with ``results_folder``, also write it as the result file ``name``.
     """
-    checked = [without_double_counts(record, os.cpu_count() or 1) for record in read_records(runs_file)]
+    cpus = os.cpu_count() or 1
+    checked = [without_double_counts(record, cpus) for record in read_records(runs_file)]
     records = [record for record, _ in checked]
     corrections = [count for _, count in checked if count]
     rates: dict[tuple[str, str], float] = {}
@@ -1071,7 +1072,7 @@ def report(runs_file: str, throughput_file: str | None, results_folder: str | No
     )
     if corrections:
         summary += (
-            f" The CPU-seconds of {len(corrections)} runs rose faster than {os.cpu_count()} cores can between "
+            f" The CPU-seconds of {len(corrections)} runs rose faster than {cpus} cores can between "
             f"{sum(corrections)} pairs of evaluations (a step of the wall clock counted their processes twice): "
             "those rises are replaced by each run's rate elsewhere."
         )
@@ -1198,7 +1199,7 @@ def update_cost(task_name: str, config_name: str, rounds: int) -> dict[str, Any]
     return {
         "task": task_name,
         "config": config_name,
-        "n_params": int(model.policy.parameters_to_vector().size),
+        "n_params": model.n_params,  # type: ignore[attr-defined]
         "candidates": len(candidates),
         "ask_seconds": statistics.median(ask_seconds),
         "tell_seconds": statistics.median(tell_seconds),
