@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import pathlib
 import sys
@@ -28,6 +29,40 @@ def scalar_policy() -> LinearPolicy:
 def sb3_log_dir(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Stable-Baselines3 creates a log folder for every ``learn()``: keep them in the test's temporary folder."""
     monkeypatch.setenv("SB3_LOGDIR", str(tmp_path / "sb3_logs"))
+
+
+SHARED_MEMORY = pathlib.Path("/dev/shm")
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_shared_memory() -> Iterator[None]:
+    """Every test must leave no shared-memory segment behind that no process has open any more (one that outlived
+    its creator). Segments of other programs on the machine are told apart by being open: set up first, checked
+    last, after the workers' exit."""
+    if not SHARED_MEMORY.is_dir():  # the segments of macOS and Windows have no files to look at
+        yield
+        return
+    before = {path.name for path in SHARED_MEMORY.glob("psm_*")}
+    yield
+    new = {path.name for path in SHARED_MEMORY.glob("psm_*")} - before
+    if new:
+        gc.collect()  # an unreachable array unlinks its segment when collected
+        orphans = _mapped_by_no_process({name for name in new if (SHARED_MEMORY / name).exists()})
+        assert not orphans, f"shared-memory segments left behind: {orphans}"
+
+
+def _mapped_by_no_process(names: set[str]) -> list[str]:
+    """:return: Those of the segments that no process maps."""
+    unmapped = set(names)
+    for maps in pathlib.Path("/proc").glob("[0-9]*/maps"):
+        if not unmapped:
+            break
+        try:
+            text = maps.read_text()
+        except OSError:  # gone, or not ours to read
+            continue
+        unmapped = {name for name in unmapped if f"{SHARED_MEMORY}/{name}" not in text}
+    return sorted(name for name in unmapped if (SHARED_MEMORY / name).exists())
 
 
 @pytest.fixture(autouse=True)
