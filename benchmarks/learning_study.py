@@ -40,12 +40,12 @@ Subcommands::
 
 ``queue`` takes the first line of the jobs file off it and runs it, until the file is empty, so the queue can be
 edited while it runs. The job being run is kept in ``JOBS.running``; a queue started later puts the jobs of a queue
-that was killed back at the head of the jobs file. A run that fails is appended to ``JOBS.failed``. A run of one
-of our algorithms saves a checkpoint (model, ``VecNormalize`` statistics, curve and clocks) between two rounds
-every ``CHECKPOINT_INTERVAL`` seconds, in ``OUT.checkpoints/``, and a run that finds its checkpoint goes on from it
-(its record counts the ``resumes``): a run may span sessions that end their processes. The checkpoint of a finished
-run is kept (``OUT.checkpoints/TASK-CONFIG-SEED``), so a run of the seed with a larger budget goes on from where
-the last one ended instead of repeating it. EvoTorch and sb3-contrib runs start again from zero.
+that was killed back at the head of the jobs file. A run that fails is appended to ``JOBS.failed``. Every run saves
+a checkpoint (its model or EvoTorch searcher, curve and clocks) between two rounds every ``CHECKPOINT_INTERVAL``
+seconds, in ``OUT.checkpoints/``, and a run that finds its checkpoint goes on from it (its record counts the
+``resumes``): a run may span sessions that end their processes. The checkpoint of a finished run is kept
+(``OUT.checkpoints/TASK-CONFIG-SEED``), so a run of the seed with a larger budget goes on from where the last one
+ended instead of repeating it. ``Checkpoint`` says what a resumed run repeats exactly.
 Configurations (``--config``): see ``CONFIGS`` and ``EVOTORCH_CONFIGS``.
 """
 
@@ -58,6 +58,7 @@ import functools
 import itertools
 import json
 import os
+import pickle
 import random
 import statistics
 import subprocess
@@ -74,6 +75,7 @@ import gymnasium as gym
 import numpy as np
 import psutil
 import sb3_contrib
+import torch
 from learning import ARS_PAPER_HALFCHEETAH, ARS_PAPER_SWIMMER, EVAL_SEED, N_EVAL_EPISODES, Task, ThresholdReachedError
 from sb3_contrib.common.vec_env import AsyncEval as ContribAsyncEval
 from stable_baselines3.common.base_class import BaseAlgorithm
@@ -264,9 +266,6 @@ class Config:
     :param clip_obs: ``VecNormalize``'s ``clip_obs`` (None: the task's).
     :param normalize: Whether observations are normalised (``VecNormalize``; None: as the task says).
     :param obs_epsilon: ``VecNormalize``'s ``epsilon``, added to the variance before its square root.
-    :param resumable: Whether a run saves checkpoints and goes on from them. sb3-contrib's ARS cannot: its merge
-        takes the count it last synced to the workers (``old_count``, saved with the model) off what the workers
-        return, and a new pool's workers never got those statistics, so the merged variance goes negative.
     """
 
     make_model: Callable[[StudyTask, VecEnv, int], BaseAlgorithm]
@@ -274,7 +273,6 @@ class Config:
     clip_obs: float | None = None
     normalize: bool | None = None
     obs_epsilon: float = 1e-8
-    resumable: bool = True
 
     def env_maker(self, study_task: StudyTask) -> functools.partial[VecEnv]:
         """:return: Builds the task's environment for this configuration (``training=False``: to evaluate)."""
@@ -348,9 +346,9 @@ def cem(task: StudyTask, env: VecEnv, seed: int) -> BaseAlgorithm:
 
 CONFIGS: dict[str, Config] = {
     "ars": Config(ours()),
-    "contrib-ars-lit": Config(contrib, resumable=False),
-    "contrib-ars-own": Config(contrib, async_eval="sb3-contrib", resumable=False),
-    "contrib-ars-zoo": Config(contrib_zoo, resumable=False),
+    "contrib-ars-lit": Config(contrib),
+    "contrib-ars-own": Config(contrib, async_eval="sb3-contrib"),
+    "contrib-ars-zoo": Config(contrib_zoo),
     "ars-zoo": Config(ours_zoo),
     "ars-contrib-merge": Config(contrib_merge),
     "ars-sample-std": Config(ours(return_std_ddof=1)),
@@ -627,8 +625,13 @@ CHECKPOINT_INTERVAL = 600.0  # seconds
 @dataclass(frozen=True)
 class Checkpoint:
     """
-    Where a run of a Stable-Baselines3 configuration saves itself between two rounds (model, ``VecNormalize``
-    statistics, curve and clocks), so that a run killed with its session goes on from there in the next one.
+    Where a run saves itself between two rounds, so that a run killed with its session goes on from there in the
+    next one: a Stable-Baselines3 model with ``save()`` (and its ``VecNormalize`` statistics), an EvoTorch searcher
+    pickled (its problem with it: observation statistics and counters, not its Ray actors, which its next step
+    starts again); then the global random generators' states, and last the curve and clocks (``state.json``: a
+    checkpoint is whole once that file is there). A resumed run of ours repeats the uninterrupted one; those of
+    sb3-contrib and EvoTorch go on from the same state but not on the same episodes (their workers' environments
+    start their random streams again).
 
     :param folder: The run's checkpoint folder.
     """
@@ -639,6 +642,14 @@ class Checkpoint:
     def state_file(self) -> Path:
         return self.folder / "state.json"
 
+    @property
+    def random_state_file(self) -> Path:
+        return self.folder / "random_state.pkl"
+
+    @property
+    def searcher_file(self) -> Path:
+        return self.folder / "searcher.pkl"
+
     def save(self, model: BaseAlgorithm, curve_state: dict[str, Any]) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
         model.save(self.folder / "model-new.zip")
@@ -647,15 +658,44 @@ class Checkpoint:
         if vec_normalize is not None:
             vec_normalize.save(str(self.folder / "vec_normalize-new.pkl"))
             os.replace(self.folder / "vec_normalize-new.pkl", self.folder / "vec_normalize.pkl")
-        (self.folder / "state-new.json").write_text(json.dumps(curve_state))
-        os.replace(self.folder / "state-new.json", self.state_file)
+        self._save_random_states_and_curve(curve_state)
+
+    def save_searcher(self, searcher: Any, curve_state: dict[str, Any]) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        write_replacing(self.searcher_file, pickle.dumps(searcher))
+        self._save_random_states_and_curve(curve_state)
+
+    def _save_random_states_and_curve(self, curve_state: dict[str, Any]) -> None:
+        states = random.getstate(), np.random.get_state(), torch.get_rng_state()
+        write_replacing(self.random_state_file, pickle.dumps(states))
+        write_replacing(self.state_file, json.dumps(curve_state).encode())
 
     def load(self, model: BaseAlgorithm, env: VecEnv) -> tuple[BaseAlgorithm, dict[str, Any]]:
         """:return: The model (of ``model``'s class) and the curve state saved last."""
         if isinstance(env, VecNormalize):
             env = VecNormalize.load(str(self.folder / "vec_normalize.pkl"), env.venv)
         loaded = type(model).load(self.folder / "model.zip", env=env)
-        return loaded, json.loads(self.state_file.read_text())
+        return loaded, self._load_random_states_and_curve()
+
+    def load_searcher(self) -> tuple[Any, dict[str, Any]]:
+        """:return: The EvoTorch searcher and the curve state saved last."""
+        searcher = pickle.loads(self.searcher_file.read_bytes())
+        return searcher, self._load_random_states_and_curve()
+
+    def _load_random_states_and_curve(self) -> dict[str, Any]:
+        if self.random_state_file.exists():  # checkpoints saved before 2026-12-04 have none
+            python_state, numpy_state, torch_state = pickle.loads(self.random_state_file.read_bytes())
+            random.setstate(python_state)
+            np.random.set_state(numpy_state)
+            torch.set_rng_state(torch_state)
+        return json.loads(self.state_file.read_text())
+
+
+def write_replacing(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a new file that replaces it whole (a kill leaves the old one)."""
+    new = path.with_name(f"{path.name}.new")
+    new.write_bytes(data)
+    os.replace(new, path)
 
 
 def source_commit() -> str:
@@ -680,8 +720,8 @@ def run(task_name: str, config_name: str, seed: int, budget: int | None, checkpo
     """
     Train one seed on 2 workers until the threshold (and the fixed budget) or the budget.
 
-    :param checkpoints: Folder of the runs' checkpoints: a Stable-Baselines3 configuration saves itself there every
-        ``CHECKPOINT_INTERVAL`` seconds and goes on from its checkpoint if it finds one (None: no checkpoints).
+    :param checkpoints: Folder of the runs' checkpoints: a run saves itself there every ``CHECKPOINT_INTERVAL``
+        seconds and goes on from its checkpoint if it finds one (None: no checkpoints).
     """
     study_task = with_budget(TASKS[task_name], budget)
     task = study_task.task
@@ -690,13 +730,11 @@ def run(task_name: str, config_name: str, seed: int, budget: int | None, checkpo
     )
     record.load_before = uptime_load()
     began = time.perf_counter()
+    checkpoint = None if checkpoints is None else Checkpoint(checkpoints / f"{task_name}-{config_name}-{seed}")
     if config_name in EVOTORCH_CONFIGS:
-        run_evotorch(study_task, EVOTORCH_CONFIGS[config_name], seed).fill(record)
+        run_evotorch(study_task, EVOTORCH_CONFIGS[config_name], seed, checkpoint).fill(record)
     else:
-        config = CONFIGS[config_name]
-        folder = None if checkpoints is None else checkpoints / f"{task_name}-{config_name}-{seed}"
-        checkpoint = Checkpoint(folder) if folder is not None and config.resumable else None
-        run_sb3(study_task, config, seed, checkpoint).fill(record)
+        run_sb3(study_task, CONFIGS[config_name], seed, checkpoint).fill(record)
     record.load_after = uptime_load()
     record.seconds = time.perf_counter() - began
     return record
@@ -715,6 +753,11 @@ def run_sb3(study_task: StudyTask, config: Config, seed: int, checkpoint: Checkp
     async_eval: Any = (AsyncEval if config.async_eval == "lit_sb3" else ContribAsyncEval)(
         [env_maker] * N_WORKERS, model.policy
     )
+    vec_normalize = model.get_vec_normalize_env()
+    if vec_normalize is not None and watcher.study_curve.resumes:
+        # A new pool's workers start from the model's statistics, as after every round: sb3-contrib's ARS takes the
+        # count it synced last (old_count, saved with the model) off each worker's count when it merges them.
+        async_eval.sync_obs_rms(vec_normalize.obs_rms.copy())
     try:
         remaining = task.budget - model.num_timesteps
         model.learn(remaining, callback=watcher, reset_num_timesteps=False, async_eval=async_eval)  # type: ignore[call-arg]
@@ -728,10 +771,10 @@ def run_sb3(study_task: StudyTask, config: Config, seed: int, checkpoint: Checkp
     return watcher.study_curve
 
 
-def run_evotorch(study_task: StudyTask, config: EvoTorchConfig, seed: int) -> StudyCurve:
-    """Train with EvoTorch's ``GymNE`` on 2 Ray actors, one ``searcher.step()`` a round."""
+def run_evotorch(study_task: StudyTask, config: EvoTorchConfig, seed: int, checkpoint: Checkpoint | None) -> StudyCurve:
+    """Train with EvoTorch's ``GymNE`` on 2 Ray actors, one ``searcher.step()`` a round (from its checkpoint if
+    any)."""
     import ray
-    import torch
     from evotorch.neuroevolution import GymNE
 
     task = study_task.task
@@ -740,15 +783,21 @@ def run_evotorch(study_task: StudyTask, config: EvoTorchConfig, seed: int) -> St
     torch.manual_seed(seed)
     torch.set_num_threads(1)
     ray.init(address="local")  # a cluster of this run's own (EvoTorch would join one started by `ray start`)
-    normalize = task.normalize if config.observation_normalization is None else config.observation_normalization
-    problem = GymNE(
-        env=task.env_id,
-        network="Linear(obs_length, act_length)",
-        observation_normalization=normalize,
-        decrease_rewards_by=study_task.alive_bonus if config.remove_alive_bonus else None,
-        num_actors=N_WORKERS,
-    )
-    searcher = config.make_searcher(study_task, problem, torch.zeros(problem.solution_length))
+    study_curve = StudyCurve(study_task)
+    if checkpoint is not None and checkpoint.state_file.exists():
+        searcher, curve_state = checkpoint.load_searcher()
+        study_curve.restore(curve_state)
+    else:
+        normalize = task.normalize if config.observation_normalization is None else config.observation_normalization
+        problem = GymNE(
+            env=task.env_id,
+            network="Linear(obs_length, act_length)",
+            observation_normalization=normalize,
+            decrease_rewards_by=study_task.alive_bonus if config.remove_alive_bonus else None,
+            num_actors=N_WORKERS,
+        )
+        searcher = config.make_searcher(study_task, problem, torch.zeros(problem.solution_length))
+    problem = searcher.problem
     eval_env = gym.make(task.env_id)
 
     def centre_return() -> float:
@@ -766,11 +815,11 @@ def run_evotorch(study_task: StudyTask, config: EvoTorchConfig, seed: int) -> St
                 returns.append(episode_return)
         return float(np.mean(returns))
 
-    study_curve = StudyCurve(study_task)
     problem._parallelize()  # actors up before the clocks start, as the worker pools of the other runs are
     ray.get([actor.get.remote("solution_length") for actor in problem._actors])
     try:
         study_curve.start()
+        last_checkpoint = time.perf_counter()
         while True:
             steps = problem.interaction_count
             finished = steps >= task.budget
@@ -779,6 +828,12 @@ def run_evotorch(study_task: StudyTask, config: EvoTorchConfig, seed: int) -> St
             if finished:
                 break
             searcher.step()
+            if checkpoint is not None and time.perf_counter() - last_checkpoint >= CHECKPOINT_INTERVAL:
+                with study_curve.excluded():
+                    checkpoint.save_searcher(searcher, study_curve.state())
+                last_checkpoint = time.perf_counter()
+        if checkpoint is not None:
+            checkpoint.save_searcher(searcher, study_curve.state())
     finally:
         problem.kill_actors()
         ray.shutdown()
