@@ -984,7 +984,7 @@ LABELS = {
     "es": "lit_sb3 ES",
     "cem": "lit_sb3 CEM",
     "pgpe": "lit_sb3 PGPE + ClipUp (EvoTorch's MuJoCo recipe)",
-    "pgpe-variance-floor": "lit_sb3 PGPE + ClipUp, observations normalised as EvoTorch's (variance + 0.01, no clip)",
+    "pgpe-variance-floor": "lit_sb3 PGPE + ClipUp, observations normalised with variance + 0.01, no clip",
     "snes": "lit_sb3 SNES",
     "xnes": "lit_sb3 XNES",
     "snes-no-alive-bonus": "lit_sb3 SNES, alive bonus removed",
