@@ -42,13 +42,18 @@ def no_leftover_shared_memory() -> Iterator[None]:
     if not SHARED_MEMORY.is_dir():  # the segments of macOS and Windows have no files to look at
         yield
         return
-    before = {path.name for path in SHARED_MEMORY.glob("psm_*")}
+    before = _segments()
     yield
-    new = {path.name for path in SHARED_MEMORY.glob("psm_*")} - before
+    new = _segments() - before
     if new:
         gc.collect()  # an unreachable array unlinks its segment when collected
         orphans = _mapped_by_no_process({name for name in new if (SHARED_MEMORY / name).exists()})
         assert not orphans, f"shared-memory segments left behind: {orphans}"
+
+
+def _segments() -> set[str]:
+    """:return: The names of the segments lit_sb3 (``litsb3_*``) and the standard library (``psm_*``) create."""
+    return {path.name for pattern in ("litsb3_*", "psm_*") for path in SHARED_MEMORY.glob(pattern)}
 
 
 def _mapped_by_no_process(names: set[str]) -> list[str]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import secrets
 import sys
 import threading
 import weakref
@@ -16,6 +15,7 @@ import numpy as np
 
 from lit_sb3.checks import check_positive_int
 from lit_sb3.workers.arrays import ArrayHandle, ArrayPublisher, SupportsClose
+from lit_sb3.workers.segment_names import new_segment_name, remove_orphaned_segments
 
 if sys.platform != "win32":  # Windows frees a block with its last handle: nothing there outlives its process
     import _posixshmem
@@ -90,8 +90,9 @@ class SharedArray:
         :param nbytes: Size of the block.
         :return: The block, unlinked when this array is closed, garbage collected, or at exit, whichever comes first.
         """
+        remove_orphaned_segments()
         while True:
-            name = f"psm_{secrets.token_hex(4)}"  # as the standard library names them
+            name = new_segment_name()
             block = None
             try:
                 block = shared_memory.SharedMemory(name, create=True, size=nbytes)
