@@ -2,8 +2,8 @@
 Names of the shared-memory segments lit_sb3 creates, and the removal of those whose creator is gone.
 
 The resource tracker of ``multiprocessing`` removes the segments of a process that dies, but not when it dies
-with it: a SIGKILL sent to the whole process group (``timeout``, a batch scheduler ending a job, a container
-stopped) leaves them in ``/dev/shm`` until the machine restarts. On Linux a segment's name therefore says who made
+with it: a SIGKILL sent to the whole process group (``timeout``, a batch scheduler ending a job) leaves them in
+``/dev/shm`` until the machine restarts. On Linux a segment's name therefore says who made
 it (the pid namespace, the pid and the process's start time since boot), and the first segment a process creates
 removes, before it, the segments of processes of its namespace that no longer exist. Elsewhere segments are named
 as the standard library names them.
