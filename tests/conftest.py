@@ -6,6 +6,7 @@ import gc
 import os
 import pathlib
 import sys
+import time
 from collections.abc import Iterator
 
 import cloudpickle
@@ -47,7 +48,13 @@ def no_leftover_shared_memory() -> Iterator[None]:
     new = _segments() - before
     if new:
         gc.collect()  # an unreachable array unlinks its segment when collected
-        orphans = _mapped_by_no_process({name for name in new if (SHARED_MEMORY / name).exists()})
+        orphans = _mapped_by_no_process(new)
+        # The resource tracker of a killed process removes its segments once the last process holding its pipe (the
+        # fork server, workers) has exited: a moment after.
+        deadline = time.monotonic() + 10.0
+        while orphans and time.monotonic() < deadline:
+            time.sleep(0.1)
+            orphans = _mapped_by_no_process(set(orphans))
         assert not orphans, f"shared-memory segments left behind: {orphans}"
 
 

@@ -84,8 +84,10 @@ class SharedArray:
 
     def _create_block(self, nbytes: int) -> shared_memory.SharedMemory:
         """
-        Create the block under a name chosen here, so that a creation interrupted anywhere (a Ctrl-C between the
-        segment's creation and its sizing or its registration with the resource tracker) unlinks what it made.
+        Create the block under a name chosen, and registered with the resource tracker, before the segment exists:
+        a process killed at any point after the creation leaves the segment to the tracker (a name registered but
+        never created only makes it warn), and a creation interrupted anywhere (a Ctrl-C between the segment's
+        creation and its sizing or mapping) unlinks what it made.
 
         :param nbytes: Size of the block.
         :return: The block, unlinked when this array is closed, garbage collected, or at exit, whichever comes first.
@@ -93,19 +95,26 @@ class SharedArray:
         remove_orphaned_segments()
         while True:
             name = new_segment_name()
+            tracked_name = None  # registered by this call: "/name"
             block = None
             try:
+                if sys.platform != "win32":  # Windows frees a block with its last handle
+                    resource_tracker.register(f"/{name}", "shared_memory")
+                    tracked_name = f"/{name}"
                 block = shared_memory.SharedMemory(name, create=True, size=nbytes)
                 self._release = weakref.finalize(self, _release, block)
                 return block
             except FileExistsError:
-                continue  # another process's segment
+                if tracked_name is not None:
+                    resource_tracker.unregister(tracked_name, "shared_memory")
+                continue  # another segment's name
             except BaseException:
                 if block is not None:
-                    _release(block)
-                elif sys.platform != "win32":
+                    _release(block)  # unregistered as it is unlinked
+                elif tracked_name is not None:
                     with contextlib.suppress(FileNotFoundError):
-                        _posixshmem.shm_unlink(f"/{name}")
+                        _posixshmem.shm_unlink(tracked_name)
+                    resource_tracker.unregister(tracked_name, "shared_memory")
                 raise
 
     def close(self) -> None:

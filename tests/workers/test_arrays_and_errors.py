@@ -98,14 +98,24 @@ def test_a_ctrl_c_while_a_segment_is_created_leaves_no_segment(
     monkeypatch: pytest.MonkeyPatch, interrupted: str
 ) -> None:
     # A KeyboardInterrupt between the segment's creation and its sizing (it would stay, empty) or between its
-    # mapping and its registration with the resource tracker (it would stay, full-size): raised there by stand-ins.
+    # mapping and the standard library's registration of it with the resource tracker (it would stay, full-size):
+    # raised there by stand-ins (lit_sb3 registers the name first, before the segment exists).
     def interrupt(*args: object) -> None:
         raise KeyboardInterrupt
 
     if interrupted == "ftruncate":
         monkeypatch.setattr(shared_memory.os, "ftruncate", interrupt)
     else:
-        monkeypatch.setattr(resource_tracker, "register", interrupt)
+        register = resource_tracker.register
+        registered: list[str] = []
+
+        def interrupt_the_second(name: str, rtype: str) -> None:
+            registered.append(name)
+            if len(registered) == 2:
+                raise KeyboardInterrupt
+            register(name, rtype)
+
+        monkeypatch.setattr(resource_tracker, "register", interrupt_the_second)
     before = set(SHM.iterdir())
     with pytest.raises(KeyboardInterrupt):
         SharedArray((1000,), np.float64)
