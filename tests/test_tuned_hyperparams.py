@@ -31,6 +31,7 @@ STUDY_CONFIGURATIONS = {
     ("snes", "Swimmer-v5"): "snes",
     ("xnes", "Swimmer-v5"): "xnes",
     ("cem", "Swimmer-v5"): "cem",
+    ("es", "HalfCheetah-v5"): "es",
     ("es", "Swimmer-v5"): "es",
     ("pgpe", "Walker2d-v5"): "pgpe",
 }
