@@ -78,6 +78,7 @@ def _process_tag(pid: int) -> str | None:
     return f"{namespace}_{pid}_{start}"
 
 
+@functools.cache  # a process's pid namespace does not change (a forked child inherits it)
 def _pid_namespace() -> str | None:
     """:return: The inode of this process's pid namespace (``pid:[4026531836]`` gives ``4026531836``); None where
     there is none to read, or segments are not files of ``/dev/shm``."""

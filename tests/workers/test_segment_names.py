@@ -18,7 +18,9 @@ from lit_sb3.workers.shared_array import SharedArray
 SHM = Path("/dev/shm")
 
 pytestmark = pytest.mark.skipif(
-    segment_names.new_segment_name().startswith("psm_"), reason="segments name their process on Linux only"
+    segment_names.new_segment_name().startswith("psm_"),
+    reason="only on Linux are segments files of /dev/shm and processes readable in /proc: elsewhere segments keep "
+    "the standard library's names and there is nothing to sweep",
 )
 
 CREATOR = """
