@@ -28,6 +28,8 @@ JOIN_TIMEOUT = 10.0
 WATCH_SLICE = 0.02
 #: Off-policy: episodes the rollout thread takes into the replay buffer beyond what the train steps drew from.
 EPISODES_AHEAD = 1
+THREAD_NAME = "lit-sb3-engine-{}"
+EVALUATION_THREAD = THREAD_NAME.format("evaluate")
 
 
 class EngineThreadError(RuntimeError):
@@ -136,7 +138,11 @@ class AsyncRLEngine(BaseEngine):
                     coordinator.notify_weight_update_step_done()
 
     def evaluate(self) -> None:
-        """Evaluate the newest weights through AsyncEval each time ``eval_interval`` more steps were collected."""
+        """
+        Evaluate the newest weights through AsyncEval each time ``eval_interval`` more steps were collected. An
+        evaluation that comes due while one is under way is done after it, on the newest weights then; one due when
+        the budget is spent is done by :meth:`run` before it returns.
+        """
         clock, coordinator = self._clock("evaluate"), self.coordinator
         while coordinator.is_running():
             with clock.idle():
@@ -177,7 +183,7 @@ class AsyncRLEngine(BaseEngine):
         if self.config.eval_interval is not None:
             loops["evaluate"] = self.evaluate
         threads = [
-            threading.Thread(target=self._guarded, args=(name, loop), name=f"lit-sb3-engine-{name}", daemon=True)
+            threading.Thread(target=self._guarded, args=(name, loop), name=THREAD_NAME.format(name), daemon=True)
             for name, loop in loops.items()
         ]
         started, steps_before, trained_before = time.monotonic(), self.num_timesteps, self.train_steps
@@ -194,8 +200,14 @@ class AsyncRLEngine(BaseEngine):
         finally:
             coordinator.stop()
             self.collector.pool.close()  # a thread blocked on the collection wakes with PoolClosedError
+            try:
+                if self._failure is None:
+                    self._finish_evaluations(threads)
+            except BaseException as error:
+                if self._failure is None:
+                    self._failure = error
             if self._evaluator is not None:
-                self._evaluator.close()
+                self._evaluator.close()  # a thread blocked on an evaluation wakes with PoolClosedError
             for thread in threads:
                 if thread.ident is not None:  # started (Ctrl-C may come while they are being started)
                     thread.join(JOIN_TIMEOUT)
@@ -218,10 +230,24 @@ class AsyncRLEngine(BaseEngine):
         assert self.last_summary is not None
         return self.last_summary
 
+    def _finish_evaluations(self, threads: list[threading.Thread]) -> None:
+        """After the run stopped of itself: wait for the evaluation under way, then evaluate the final weights if an
+        evaluation came due meanwhile (so none due is left undone)."""
+        for thread in threads:
+            if thread.name == EVALUATION_THREAD:
+                while thread.is_alive():
+                    thread.join(WATCH_SLICE)
+        if self._failure is None and self._evaluation_due():
+            with self._clock("evaluate").busy():
+                self._evaluate(self.policy_group.latest)
+
     def _guarded(self, name: str, loop: Callable[[], None]) -> None:
         try:
             loop()
         except BaseException as error:
-            if self.coordinator.is_running() and self._failure is None:  # after the stop: the shutdown's echo
+            # After the stop, the main thread closes the collection: the failures it causes are the shutdown's echo.
+            # The evaluator stays open until the evaluation thread ends, unless the run failed already.
+            real = self.coordinator.is_running() or name == "evaluate"
+            if real and self._failure is None:
                 self._failure = error
             self.coordinator.stop()

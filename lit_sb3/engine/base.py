@@ -471,8 +471,19 @@ class BaseEngine(ABC):
         self.policy_group.algorithm.num_timesteps = counters["num_timesteps"]
         self.collected_steps = counters["collected_steps"]
         self.gradient_steps = counters["gradient_steps"]
-        self._next_evaluation = counters["next_evaluation"]
+        self._next_evaluation = self._resumed_next_evaluation(counters["next_evaluation"])
         self.seed = counters["seed"]
+
+    def _resumed_next_evaluation(self, saved: int | None) -> int | None:
+        """:param saved: The step count of the next evaluation when the checkpoint was saved (None: it had none).
+        :return: That of the resumed run: by this config's ``eval_interval`` (None: it evaluates nothing); the saved
+            one unless the checkpoint's run did not evaluate."""
+        interval = self.config.eval_interval
+        if interval is None:
+            return None
+        if saved is None:
+            return (self.collected_steps // interval + 1) * interval
+        return saved
 
     def _clock(self, phase: str) -> ThreadClock:
         return self._clocks.setdefault(phase, ThreadClock())

@@ -96,6 +96,19 @@ def test_vec_normalize_statistics_count_the_steps_collected_and_come_back_from_a
     np.testing.assert_array_equal(restored.obs_rms.mean, saved.obs_rms.mean)
     resumed.run()
     assert restored.obs_rms.count == pytest.approx(resumed.collected_steps + 1e-4)
+    assert resumed.evaluations == []  # its config evaluates nothing, whatever the checkpoint's did
+
+
+def test_a_run_resumed_with_an_eval_interval_evaluates_at_it(tmp_path: Path) -> None:
+    normalized_ppo_engine(tmp_path).run()  # no evaluation
+    folder = checkpoints(tmp_path)[-1]
+    saved_steps = json.loads((folder / COUNTERS_FILE).read_text())["collected_steps"]
+    resumed = normalized_ppo_engine(tmp_path / "resumed", total_env_steps=3000, eval_interval=500, eval_episodes=2)
+    resumed.load_checkpoint(folder)
+    resumed.run()
+    steps = [evaluation["env_steps"] for evaluation in resumed.evaluations]
+    assert steps and steps[0] >= (saved_steps // 500 + 1) * 500
+    assert resumed.collected_steps < (steps[-1] // 500 + 1) * 500  # none left due
 
 
 def test_a_vec_normalize_around_another_env_or_a_checkpoint_without_one_is_refused(tmp_path: Path) -> None:
