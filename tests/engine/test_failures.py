@@ -65,6 +65,16 @@ def test_an_exception_in_any_thread_is_raised_from_run_with_its_traceback_within
     assert engine_threads() == []
 
 
+def test_a_failure_of_the_evaluation_due_at_the_end_of_the_budget_is_raised() -> None:
+    """The one evaluation comes due as the budget is spent: done by the evaluation thread or after it, never dropped."""
+    engine_class = engine_failing_in("_evaluate", at_call=1)
+    engine = small_ppo_engine(engine_class, total_env_steps=2000, eval_interval=2000, eval_episodes=1)
+    with pytest.raises(BrokenStepError, match="broke on purpose") as caught:
+        engine.run()
+    assert "_fail_or_run" in [frame.name for frame in traceback.extract_tb(caught.value.__traceback__)]
+    assert engine_threads() == []
+
+
 class TrainStepClock(AsyncRLEngine):
     """Records when each train step begins (``time.time()``: the workers' environments write the same clock)."""
 
