@@ -28,8 +28,6 @@ JOIN_TIMEOUT = 10.0
 WATCH_SLICE = 0.02
 #: Off-policy: episodes the rollout thread takes into the replay buffer beyond what the train steps drew from.
 EPISODES_AHEAD = 1
-THREAD_NAME = "lit-sb3-engine-{}"
-EVALUATION_THREAD = THREAD_NAME.format("evaluate")
 
 
 class EngineThreadError(RuntimeError):
@@ -182,14 +180,14 @@ class AsyncRLEngine(BaseEngine):
         }
         if self.config.eval_interval is not None:
             loops["evaluate"] = self.evaluate
-        threads = [
-            threading.Thread(target=self._guarded, args=(name, loop), name=THREAD_NAME.format(name), daemon=True)
+        threads = {
+            name: threading.Thread(target=self._guarded, args=(name, loop), name=f"lit-sb3-engine-{name}", daemon=True)
             for name, loop in loops.items()
-        ]
+        }
         started, steps_before, trained_before = time.monotonic(), self.num_timesteps, self.train_steps
         coordinator.start()
         try:
-            for thread in threads:
+            for thread in threads.values():
                 thread.start()
             while coordinator.is_running():
                 time.sleep(WATCH_SLICE)
@@ -202,16 +200,16 @@ class AsyncRLEngine(BaseEngine):
             self.collector.pool.close()  # a thread blocked on the collection wakes with PoolClosedError
             try:
                 if self._failure is None:
-                    self._finish_evaluations(threads)
+                    self._finish_evaluations(threads.get("evaluate"))
             except BaseException as error:
                 if self._failure is None:
                     self._failure = error
             if self._evaluator is not None:
                 self._evaluator.close()  # a thread blocked on an evaluation wakes with PoolClosedError
-            for thread in threads:
+            for thread in threads.values():
                 if thread.ident is not None:  # started (Ctrl-C may come while they are being started)
                     thread.join(JOIN_TIMEOUT)
-            stuck = [thread.name for thread in threads if thread.is_alive()]
+            stuck = [thread.name for thread in threads.values() if thread.is_alive()]
             try:
                 if not stuck:
                     self._return_prepared_dataset()
@@ -230,13 +228,14 @@ class AsyncRLEngine(BaseEngine):
         assert self.last_summary is not None
         return self.last_summary
 
-    def _finish_evaluations(self, threads: list[threading.Thread]) -> None:
+    def _finish_evaluations(self, evaluation: threading.Thread | None) -> None:
         """After the run stopped of itself: wait for the evaluation under way, then evaluate the final weights if an
-        evaluation came due meanwhile (so none due is left undone)."""
-        for thread in threads:
-            if thread.name == EVALUATION_THREAD:
-                while thread.is_alive():
-                    thread.join(WATCH_SLICE)
+        evaluation came due meanwhile (so none due is left undone).
+
+        :param evaluation: The evaluation thread (None without ``eval_interval``).
+        """
+        while evaluation is not None and evaluation.is_alive():
+            evaluation.join(WATCH_SLICE)  # in slices: Ctrl-C stays heard
         if self._failure is None and self._evaluation_due():
             with self._clock("evaluate").busy():
                 self._evaluate(self.policy_group.latest)
