@@ -771,32 +771,55 @@ def run_sb3(study_task: StudyTask, config: Config, seed: int, checkpoint: Checkp
     return watcher.study_curve
 
 
-def run_evotorch(study_task: StudyTask, config: EvoTorchConfig, seed: int, checkpoint: Checkpoint | None) -> StudyCurve:
-    """Train with EvoTorch's ``GymNE`` on 2 Ray actors, one ``searcher.step()`` a round (from its checkpoint if
-    any)."""
+def seed_evotorch(seed: int) -> None:
+    """Seed what EvoTorch draws from, give torch one thread, and start a Ray cluster of this process's own (EvoTorch
+    would join one started by ``ray start``)."""
     import ray
-    from evotorch.neuroevolution import GymNE
 
-    task = study_task.task
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
     torch.set_num_threads(1)
-    ray.init(address="local")  # a cluster of this run's own (EvoTorch would join one started by `ray start`)
+    ray.init(address="local")
+
+
+def evotorch_searcher(study_task: StudyTask, config: EvoTorchConfig) -> Any:
+    """:return: A new searcher of ``config`` on a ``GymNE`` problem of the task with :data:`N_WORKERS` actors."""
+    from evotorch.neuroevolution import GymNE
+
+    task = study_task.task
+    normalize = task.normalize if config.observation_normalization is None else config.observation_normalization
+    problem = GymNE(
+        env=task.env_id,
+        network="Linear(obs_length, act_length)",
+        observation_normalization=normalize,
+        decrease_rewards_by=study_task.alive_bonus if config.remove_alive_bonus else None,
+        num_actors=N_WORKERS,
+    )
+    return config.make_searcher(study_task, problem, torch.zeros(problem.solution_length))
+
+
+def start_actors(problem: Any) -> None:
+    """Bring a ``GymNE`` problem's actors up before the clocks start, as the worker pools of the other runs are."""
+    import ray
+
+    problem._parallelize()
+    ray.get([actor.get.remote("solution_length") for actor in problem._actors])
+
+
+def run_evotorch(study_task: StudyTask, config: EvoTorchConfig, seed: int, checkpoint: Checkpoint | None) -> StudyCurve:
+    """Train with EvoTorch's ``GymNE`` on 2 Ray actors, one ``searcher.step()`` a round (from its checkpoint if
+    any)."""
+    import ray
+
+    task = study_task.task
+    seed_evotorch(seed)
     study_curve = StudyCurve(study_task)
     if checkpoint is not None and checkpoint.state_file.exists():
         searcher, curve_state = checkpoint.load_searcher()
         study_curve.restore(curve_state)
     else:
-        normalize = task.normalize if config.observation_normalization is None else config.observation_normalization
-        problem = GymNE(
-            env=task.env_id,
-            network="Linear(obs_length, act_length)",
-            observation_normalization=normalize,
-            decrease_rewards_by=study_task.alive_bonus if config.remove_alive_bonus else None,
-            num_actors=N_WORKERS,
-        )
-        searcher = config.make_searcher(study_task, problem, torch.zeros(problem.solution_length))
+        searcher = evotorch_searcher(study_task, config)
     problem = searcher.problem
     eval_env = gym.make(task.env_id)
 
@@ -815,8 +838,7 @@ def run_evotorch(study_task: StudyTask, config: EvoTorchConfig, seed: int, check
                 returns.append(episode_return)
         return float(np.mean(returns))
 
-    problem._parallelize()  # actors up before the clocks start, as the worker pools of the other runs are
-    ray.get([actor.get.remote("solution_length") for actor in problem._actors])
+    start_actors(problem)
     try:
         study_curve.start()
         last_checkpoint = time.perf_counter()
@@ -842,26 +864,50 @@ def run_evotorch(study_task: StudyTask, config: EvoTorchConfig, seed: int, check
 
 
 def throughput(task_name: str, config_name: str, steps: int) -> dict[str, Any]:
-    """Training env steps per second on 2 workers, without evaluations, from the start of ``learn()``."""
-    study_task, config = TASKS[task_name], CONFIGS[config_name]
-    env_maker = config.env_maker(study_task)
-    model = config.make_model(study_task, env_maker(), 0)
-    async_eval: Any = (AsyncEval if config.async_eval == "lit_sb3" else ContribAsyncEval)(
-        [env_maker] * N_WORKERS, model.policy
-    )
+    """
+    Training env steps per second and CPU-seconds on :data:`N_WORKERS` workers (EvoTorch's: actors), without
+    evaluations, from the start of training (pool or actors up) to ``steps`` env steps, seed 0.
+    """
+    study_task = TASKS[task_name]
+    cpu = ProcessTreeCpu()
     load_before = uptime_load()
-    try:
-        began = time.perf_counter()
-        model.learn(steps, async_eval=async_eval)  # type: ignore[call-arg]
-        seconds = time.perf_counter() - began
-    finally:
-        async_eval.close()
+    if config_name in EVOTORCH_CONFIGS:
+        import ray
+
+        seed_evotorch(0)
+        searcher = evotorch_searcher(study_task, EVOTORCH_CONFIGS[config_name])
+        try:
+            start_actors(searcher.problem)
+            began, cpu_began = time.perf_counter(), cpu.seconds()
+            while searcher.problem.interaction_count < steps:
+                searcher.step()
+            seconds, cpu_seconds = time.perf_counter() - began, cpu.seconds() - cpu_began
+            done = searcher.problem.interaction_count
+        finally:
+            searcher.problem.kill_actors()
+            ray.shutdown()
+    else:
+        config = CONFIGS[config_name]
+        env_maker = config.env_maker(study_task)
+        model = config.make_model(study_task, env_maker(), 0)
+        async_eval: Any = (AsyncEval if config.async_eval == "lit_sb3" else ContribAsyncEval)(
+            [env_maker] * N_WORKERS, model.policy
+        )
+        try:
+            began, cpu_began = time.perf_counter(), cpu.seconds()
+            model.learn(steps, async_eval=async_eval)  # type: ignore[call-arg]
+            seconds, cpu_seconds = time.perf_counter() - began, cpu.seconds() - cpu_began
+            done = model.num_timesteps
+        finally:
+            async_eval.close()
+    cpu.stop()
     return {
         "task": task_name,
         "config": config_name,
-        "steps": model.num_timesteps,
+        "steps": done,
         "seconds": seconds,
-        "steps_per_second": model.num_timesteps / seconds,
+        "steps_per_second": done / seconds,
+        "cpu_seconds": cpu_seconds,
         "load_before": load_before,
         "load_after": uptime_load(),
         "started": time.strftime("%H:%M:%S"),
@@ -1034,7 +1080,8 @@ STUDY_COLUMNS = [
 def study_table(records: list[dict[str, Any]], rates: dict[tuple[str, str], float]) -> Table:
     """
     :param records: The runs.
-    :param rates: Training steps per second measured alone, by (task, configuration).
+    :param rates: Training steps per second measured alone (the median of the measurements), by (task,
+        configuration).
     :return: One row per (task, configuration): seeds that reached the threshold, the quartiles of their env steps,
         wall time and CPU-seconds to it (runs without a CPU measure left out of that column), the median return at
         the task's fixed budget and at the end of the runs, and the wall time the steps would take at the
@@ -1110,10 +1157,11 @@ def report(runs_file: str, throughput_file: str | None, results_folder: str | No
     checked = [without_double_counts(record, cpus) for record in read_records(runs_file)]
     records = [record for record, _ in checked]
     corrections = [count for _, count in checked if count]
-    rates: dict[tuple[str, str], float] = {}
-    if throughput_file is not None:
-        for measured in read_records(throughput_file):
-            rates[measured["task"], measured["config"]] = measured["steps_per_second"]
+    measurements = read_records(throughput_file) if throughput_file is not None else []
+    measured_rates: dict[tuple[str, str], list[float]] = {}
+    for measured in measurements:
+        measured_rates.setdefault((measured["task"], measured["config"]), []).append(measured["steps_per_second"])
+    rates = {key: statistics.median(values) for key, values in measured_rates.items()}
     table = study_table(records, rates)
     loads = [value for r in records for value in (r["load_before"], r["load_after"])]
     latest = [record for group in group_records(records).values() for record in group]
@@ -1125,6 +1173,15 @@ def report(runs_file: str, throughput_file: str | None, results_folder: str | No
         "evaluations of the centre left out). Median (interquartile range) over seeds; n/r: not reached within the "
         "budget, counted as infinitely long."
     )
+    if measurements:
+        counts = [len(values) for values in measured_rates.values()]
+        runs = str(min(counts)) if min(counts) == max(counts) else f"{min(counts)}-{max(counts)}"
+        rate_loads = [value for measured in measurements for value in (measured["load_before"], measured["load_after"])]
+        summary += (
+            " The last two columns: each configuration's training rate measured alone (the `throughput` command, seed "
+            f"0, the median of {runs} runs; load average {min(rate_loads):.1f}-{max(rate_loads):.1f}) and the wall "
+            "time of the env steps to the threshold at that rate."
+        )
     if corrections:
         summary += (
             f" The CPU-seconds of {len(corrections)} runs rose faster than {cpus} cores can between "
@@ -1279,12 +1336,14 @@ def main() -> None:
     queue_parser.add_argument("--out", required=True)
     throughput_parser = commands.add_parser("throughput")
     throughput_parser.add_argument("--task", choices=list(TASKS), required=True)
-    throughput_parser.add_argument("--config", choices=list(CONFIGS), required=True)
+    throughput_parser.add_argument("--config", choices=[*CONFIGS, *EVOTORCH_CONFIGS], required=True)
     throughput_parser.add_argument("--steps", type=int, required=True)
     throughput_parser.add_argument("--out", required=True)
     report_parser = commands.add_parser("report")
     report_parser.add_argument("runs")
-    report_parser.add_argument("--throughput", help="JSON-lines log of throughput runs")
+    report_parser.add_argument(
+        "--throughput", help="JSON-lines log of throughput runs (a configuration's rate: the median of its runs)"
+    )
     report_parser.add_argument("--results", help="write the table as a result file into this folder too")
     report_parser.add_argument("--name", default="learning_study", help="the result file's name (without .json)")
     cost_parser = commands.add_parser("update-cost")
