@@ -5,14 +5,16 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
+import gymnasium as gym
 import numpy as np
 import pytest
 from sb3_contrib.ars.policies import LinearPolicy
 from stable_baselines3.common.running_mean_std import RunningMeanStd
-from stable_baselines3.common.vec_env import VecEnv, VecFrameStack, VecMonitor
+from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecFrameStack, VecMonitor, VecNormalize
 
 from fixture_envs import scalar_vec_env
 from lit_sb3 import AsyncEval
+from lit_sb3.evaluation.normalization import BUFFER_ROWS, FrozenNormalizer
 from lit_sb3.evaluation.obs_rms import merge_obs_rms, subtract_running_mean_std
 from lit_sb3.vec_env import CandidateEval, InProcessEval
 
@@ -50,6 +52,48 @@ def test_merging_counts_synced_data_once() -> None:
     np.testing.assert_allclose(merged.mean, expected.mean, rtol=1e-10)
     np.testing.assert_allclose(merged.var, expected.var, rtol=1e-9)
     assert merged.count == pytest.approx(expected.count)
+
+
+def test_frozen_normalisation_is_vec_normalize_s_bit_for_bit() -> None:
+    """Workers normalise as ``VecNormalize.normalize_obs`` does, clipping included, for float32 and float64 rows: the
+    same float32 numbers reach the policy (its kernels cast their inputs to float32, as ``VecNormalize`` does)."""
+    rng = np.random.default_rng(5)
+    env = VecNormalize(DummyVecEnv([lambda: gym.make("Pendulum-v1")] * 3), norm_reward=False, clip_obs=1.5)
+    env.obs_rms.update(rng.normal([2.0, -1.0, 0.5], [3.0, 0.01, 1.0], (50, 3)))
+    normalizer = FrozenNormalizer(env)
+    for dtype in (np.float32, np.float64):
+        observations = rng.normal(0.0, 4.0, (3, 3)).astype(dtype)
+        expected = env.normalize_obs(observations.copy())
+        normalized = normalizer.normalize(observations.copy(), [0, 1, 2])
+        np.testing.assert_array_equal(normalized.astype(np.float32), expected)
+        assert np.abs(normalized).max() == 1.5  # some values were clipped
+
+
+def test_an_episode_s_statistics_are_those_of_its_rows_in_fixed_batches() -> None:
+    """Whatever the other slots do, an episode's statistics fold its rows in batches of ``BUFFER_ROWS``, and each row
+    is the observation as it was when the policy acted on it (the slot's array is overwritten by the next step)."""
+    rng = np.random.default_rng(6)
+    env = VecNormalize(DummyVecEnv([lambda: gym.make("Pendulum-v1")] * 2), norm_reward=False)
+    normalizer = FrozenNormalizer(env)
+    n_rows = 2 * BUFFER_ROWS + 17
+    rows = rng.normal(1.0, 2.0, (n_rows, 3))
+    observations = np.zeros((2, 3))
+    for index, row in enumerate(rows):
+        observations[0] = row
+        observations[1] = -row
+        normalizer.normalize(observations, [0, 1] if index % 3 else [0])
+    episode = normalizer.end_episode(0)
+    expected = RunningMeanStd(epsilon=0.0, shape=(3,))
+    for start in range(0, n_rows, BUFFER_ROWS):
+        expected.update(rows[start : start + BUFFER_ROWS])
+    assert isinstance(episode, RunningMeanStd)
+    assert episode.count == expected.count == n_rows
+    np.testing.assert_array_equal(episode.mean, expected.mean)
+    np.testing.assert_array_equal(episode.var, expected.var)
+    other = normalizer.end_episode(1)
+    assert isinstance(other, RunningMeanStd)
+    assert other.count == n_rows - len(range(0, n_rows, 3))
+    np.testing.assert_allclose(other.mean, -rows[[i for i in range(n_rows) if i % 3]].mean(axis=0))
 
 
 def test_merged_statistics_equal_those_of_every_observation(tmp_path: Path) -> None:
