@@ -37,6 +37,12 @@ Subcommands::
     python benchmarks/learning_study.py report runs.jsonl                 # the table (markdown; --results: a file)
     python benchmarks/learning_study.py figures runs.jsonl figures/       # learning curves: per task, and suite.png
     python benchmarks/learning_study.py update-cost --task humanoid --config xnes  # ask/tell alone, no env steps
+    python benchmarks/learning_study.py throughput --task hopper --config ars --steps 1000000 --out rates.jsonl
+    python benchmarks/learning_study.py env-rate --task hopper   # env.step alone on one core: the floor
+
+``throughput`` measures a configuration's training rate alone (``report --throughput`` divides each seed's env steps
+to the threshold by the median of its measurements); ``env-rate`` the environment's own, with no policy, no
+normalisation and no workers: the most env steps a second any library gets out of one core.
 
 ``queue`` takes the first line of the jobs file off it and runs it, until the file is empty, so the queue can be
 edited while it runs. The job being run is kept in ``JOBS.running``; a queue started later puts the jobs of a queue
@@ -908,6 +914,37 @@ def throughput(task_name: str, config_name: str, steps: int) -> dict[str, Any]:
         "seconds": seconds,
         "steps_per_second": done / seconds,
         "cpu_seconds": cpu_seconds,
+        "commit": source_commit(),
+        "load_before": load_before,
+        "load_after": uptime_load(),
+        "started": time.strftime("%H:%M:%S"),
+    }
+
+
+def env_rate(task_name: str, steps: int) -> dict[str, Any]:
+    """
+    Env steps per second of the task's environment stepped alone in this process, with actions drawn uniformly
+    from its action space ahead of time (resets counted as part of the steps' time).
+    """
+    env = gym.make(TASKS[task_name].task.env_id)
+    space = env.action_space
+    assert isinstance(space, gym.spaces.Box)  # the study's tasks are MuJoCo's
+    actions = np.random.default_rng(0).uniform(space.low, space.high, (1000, *space.shape))
+    env.reset(seed=0)
+    load_before = uptime_load()
+    began, cpu_began = time.perf_counter(), time.process_time()
+    for step in range(steps):
+        _, _, terminated, truncated, _ = env.step(actions[step % len(actions)])
+        if terminated or truncated:
+            env.reset()
+    seconds, cpu_seconds = time.perf_counter() - began, time.process_time() - cpu_began
+    env.close()
+    return {
+        "task": task_name,
+        "steps": steps,
+        "seconds": seconds,
+        "steps_per_second": steps / seconds,
+        "steps_per_cpu_second": steps / cpu_seconds,
         "load_before": load_before,
         "load_after": uptime_load(),
         "started": time.strftime("%H:%M:%S"),
@@ -1148,6 +1185,15 @@ def without_double_counts(record: dict[str, Any], cpus: int) -> tuple[dict[str, 
     return fixed, sum(doubled)
 
 
+def latest_measurements(measurements: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """:return: Of the ``throughput`` measurements of each (task, configuration), those made at the commit of its
+    last one (the code measured before is not the code of the rate)."""
+    last_commit = {(measured["task"], measured["config"]): measured["commit"] for measured in measurements}
+    return [
+        measured for measured in measurements if measured["commit"] == last_commit[measured["task"], measured["config"]]
+    ]
+
+
 def report(runs_file: str, throughput_file: str | None, results_folder: str | None, name: str) -> None:
     """
     Print the table of every (task, configuration) in the log (see :func:`study_table`), CPU-seconds without double
@@ -1157,7 +1203,7 @@ def report(runs_file: str, throughput_file: str | None, results_folder: str | No
     checked = [without_double_counts(record, cpus) for record in read_records(runs_file)]
     records = [record for record, _ in checked]
     corrections = [count for _, count in checked if count]
-    measurements = read_records(throughput_file) if throughput_file is not None else []
+    measurements = latest_measurements(read_records(throughput_file) if throughput_file is not None else [])
     measured_rates: dict[tuple[str, str], list[float]] = {}
     for measured in measurements:
         measured_rates.setdefault((measured["task"], measured["config"]), []).append(measured["steps_per_second"])
@@ -1179,8 +1225,8 @@ def report(runs_file: str, throughput_file: str | None, results_folder: str | No
         rate_loads = [value for measured in measurements for value in (measured["load_before"], measured["load_after"])]
         summary += (
             " The last two columns: each configuration's training rate measured alone (the `throughput` command, seed "
-            f"0, the median of {runs} runs; load average {min(rate_loads):.1f}-{max(rate_loads):.1f}) and the wall "
-            "time of the env steps to the threshold at that rate."
+            f"0, the median of {runs} runs at the commit of its last one; load average {min(rate_loads):.1f}-"
+            f"{max(rate_loads):.1f}) and the wall time of the env steps to the threshold at that rate."
         )
     if corrections:
         summary += (
@@ -1339,10 +1385,14 @@ def main() -> None:
     throughput_parser.add_argument("--config", choices=[*CONFIGS, *EVOTORCH_CONFIGS], required=True)
     throughput_parser.add_argument("--steps", type=int, required=True)
     throughput_parser.add_argument("--out", required=True)
+    env_rate_parser = commands.add_parser("env-rate")
+    env_rate_parser.add_argument("--task", choices=list(TASKS), required=True)
+    env_rate_parser.add_argument("--steps", type=int, default=100_000)
     report_parser = commands.add_parser("report")
     report_parser.add_argument("runs")
     report_parser.add_argument(
-        "--throughput", help="JSON-lines log of throughput runs (a configuration's rate: the median of its runs)"
+        "--throughput",
+        help="JSON-lines log of throughput runs (a configuration's rate: the median of its runs at its last commit)",
     )
     report_parser.add_argument("--results", help="write the table as a result file into this folder too")
     report_parser.add_argument("--name", default="learning_study", help="the result file's name (without .json)")
@@ -1370,6 +1420,8 @@ def main() -> None:
         with open(args.out, "a") as file:
             file.write(json.dumps(measured) + "\n")
         print(measured, flush=True)
+    elif args.command == "env-rate":
+        print(env_rate(args.task, args.steps), flush=True)
     elif args.command == "queue":
         queue(args.jobs, args.out)
     elif args.command == "figures":

@@ -224,12 +224,12 @@ def versus(result: Result) -> Table:
     """
     :return: Per task of a learning study, lit_sb3's choice (:func:`choices`) beside EvoTorch's best configuration
         and sb3-contrib's ARS by the same rank: seeds at the threshold, median env steps and wall time to it (or the
-        median return at the end of the runs), and the ratios of lit_sb3's median wall time and CPU-seconds to the
-        threshold to theirs.
+        median return at the end of the runs), and the ratios of lit_sb3's median time to the threshold to theirs
+        (see :func:`time_ratios`).
     """
     columns = [Column("task", "task"), Column("lit_sb3", "lit_sb3's choice")]
     for key, (name, title) in RIVALS.items():
-        columns += [Column(key, title), Column(f"{key}_ratio", f"/ {name.split()[0]}: wall time; CPU-seconds")]
+        columns += [Column(key, title), Column(f"{key}_ratio", f"/ {name.split()[0]}: time to threshold")]
     table = Table(columns)
     rows = result.tables["learning_study"].rows
     rivals = {key: families(rows, prefix) for key, (prefix, _) in RIVALS.items()}
@@ -246,26 +246,39 @@ def versus(result: Result) -> Table:
 def summary(candidate: dict[str, Any], named: bool) -> str:
     """
     :param named: Whether to start with the configuration's short name.
-    :return: Seeds at the threshold and median steps and wall time to it, or the median return at the end.
+    :return: Seeds at the threshold and median steps and wall time to it (at the training rate measured alone where
+        there is one, else in the study), or the median return at the end.
     """
     name = re.sub(r"^(lit_sb3|EvoTorch [\d.]+) | \([^)]*\)|, GymNE 2 actors", "", candidate["configuration"])
-    steps, wall = steps_or_inf(candidate["steps_to_threshold"]), steps_or_inf(candidate["wall_to_threshold"])
+    steps = steps_or_inf(candidate["steps_to_threshold"])
     reached = f"{candidate['reached']}, {ending(candidate)}"
     if steps != float("inf"):
-        reached = f"{candidate['reached']}, {steps / 1e6:.3g}M steps, {wall:,.0f} s"
+        alone = candidate.get("wall_at_rate") is not None
+        wall = steps_or_inf(candidate["wall_at_rate" if alone else "wall_to_threshold"])
+        reached = f"{candidate['reached']}, {steps / 1e6:.3g}M steps, {wall:,.0f} s{' alone' if alone else ''}"
     return f"{name}: {reached}" if named else reached
 
 
+#: The clocks of a learning study's runs, by their column.
+STUDY_CLOCKS = {"wall_to_threshold": "wall", "cpu_to_threshold": "CPU"}
+
+
 def time_ratios(ours: dict[str, Any], theirs: dict[str, Any]) -> str:
-    """:return: Our median wall time and CPU-seconds to the threshold over theirs ("-" where ours is not reached)."""
-    ratios = []
-    for column in ("wall_to_threshold", "cpu_to_threshold"):
-        mine, other = steps_or_inf(ours[column]), steps_or_inf(theirs[column])
-        if mine == float("inf"):
-            ratios.append("-")
-        else:
-            ratios.append("only ours reached" if other == float("inf") else f"{mine / other:.2f}")
-    return "; ".join(dict.fromkeys(ratios))
+    """
+    :return: Our median wall time to the threshold over theirs at the training rates measured alone, where both
+        have one, then in the study (wall time and CPU-seconds, beside other work); "-" where ours is not reached.
+    """
+    if steps_or_inf(ours["steps_to_threshold"]) == float("inf"):
+        return "-"
+    if steps_or_inf(theirs["steps_to_threshold"]) == float("inf"):
+        return "only ours reached"
+    ratios = {}
+    for column in ("wall_at_rate", "wall_to_threshold", "cpu_to_threshold"):
+        mine, other = steps_or_inf(ours.get(column)), steps_or_inf(theirs.get(column))
+        if mine != float("inf") and other != float("inf"):
+            ratios[column] = f"{mine / other:.2f}"
+    study = ", ".join(f"{ratios[column]} {clock}" for column, clock in STUDY_CLOCKS.items() if column in ratios)
+    return f"{ratios['wall_at_rate']} alone (in the study {study})" if "wall_at_rate" in ratios else study
 
 
 #: Tables computed from a result's tables, by the name a marker gives them.
