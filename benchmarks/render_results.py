@@ -255,30 +255,33 @@ def summary(candidate: dict[str, Any], named: bool) -> str:
     if steps != float("inf"):
         alone = candidate.get("wall_at_rate") is not None
         wall = steps_or_inf(candidate["wall_at_rate" if alone else "wall_to_threshold"])
-        reached = f"{candidate['reached']}, {steps / 1e6:.3g}M steps, {wall:,.0f} s{' alone' if alone else ''}"
+        reached = (
+            f"{candidate['reached']}, {steps / 1e6:.3g}M steps, {wall:,.0f} s{' alone' if alone else ' in the study'}"
+        )
     return f"{name}: {reached}" if named else reached
 
 
 #: The clocks of a learning study's runs, by their column.
-STUDY_CLOCKS = {"wall_to_threshold": "wall", "cpu_to_threshold": "CPU"}
+STUDY_CLOCKS = {"wall_to_threshold": "wall in the study", "cpu_to_threshold": "CPU in the study"}
 
 
 def time_ratios(ours: dict[str, Any], theirs: dict[str, Any]) -> str:
     """
-    :return: Our median wall time to the threshold over theirs at the training rates measured alone, where both
-        have one, then in the study (wall time and CPU-seconds, beside other work); "-" where ours is not reached.
+    :return: Our median wall time to the threshold over theirs at the training rates measured alone where both have
+        one, else on the study's clocks (wall time and CPU-seconds, beside other work); "-" where ours is not reached.
     """
     if steps_or_inf(ours["steps_to_threshold"]) == float("inf"):
         return "-"
     if steps_or_inf(theirs["steps_to_threshold"]) == float("inf"):
         return "only ours reached"
     ratios = {}
-    for column in ("wall_at_rate", "wall_to_threshold", "cpu_to_threshold"):
+    for column in ("wall_at_rate", *STUDY_CLOCKS):
         mine, other = steps_or_inf(ours.get(column)), steps_or_inf(theirs.get(column))
         if mine != float("inf") and other != float("inf"):
             ratios[column] = f"{mine / other:.2f}"
-    study = ", ".join(f"{ratios[column]} {clock}" for column, clock in STUDY_CLOCKS.items() if column in ratios)
-    return f"{ratios['wall_at_rate']} alone (in the study {study})" if "wall_at_rate" in ratios else study
+    if "wall_at_rate" in ratios:
+        return f"{ratios['wall_at_rate']} alone"
+    return ", ".join(f"{ratios[column]} {clock}" for column, clock in STUDY_CLOCKS.items() if column in ratios)
 
 
 #: Tables computed from a result's tables, by the name a marker gives them.

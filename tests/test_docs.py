@@ -273,7 +273,7 @@ def test_the_side_by_side_sets_our_choice_against_each_rivals_best() -> None:
 
     def study_row(configuration: str, reached: str, steps: object, wall: object, cpu: object) -> Row:
         figures = {"reached": reached, "steps_to_threshold": [steps, steps, steps], "final_return": 3000}
-        times = {"wall_to_threshold": [wall, wall, wall], "cpu_to_threshold": [cpu, cpu, cpu]}
+        times = {"wall_to_threshold": [wall, wall, wall], "cpu_to_threshold": [cpu, cpu, cpu], "wall_at_rate": None}
         return {"task": "hopper", "configuration": configuration, "budget": "3M", **figures, **times}
 
     rows = [
@@ -285,8 +285,13 @@ def test_the_side_by_side_sets_our_choice_against_each_rivals_best() -> None:
     result = Result("study", "python benchmarks/x.py", "0000000", "2026-12-01", "2 cores", None, "", {})
     result.tables["learning_study"] = Table([], rows)
     (side_by_side,) = render_results().versus(result).rows  # type: ignore[attr-defined]
-    assert side_by_side["lit_sb3"] == "ARS: 4/5, 1M steps, 100 s"
-    assert side_by_side["evotorch"] == "SNES: 1/1, 2M steps, 400 s"
-    assert side_by_side["evotorch_ratio"] == "0.25; 0.50"
+    assert side_by_side["lit_sb3"] == "ARS: 4/5, 1M steps, 100 s in the study"
+    assert side_by_side["evotorch"] == "SNES: 1/1, 2M steps, 400 s in the study"
+    assert side_by_side["evotorch_ratio"] == "0.25 wall in the study, 0.50 CPU in the study"
     assert side_by_side["contrib"] == "0/2, 3,000 at 3M steps"
     assert side_by_side["contrib_ratio"] == "only ours reached"
+    # With training rates measured alone for both, times are the env steps at those rates.
+    rows[0]["wall_at_rate"], rows[1]["wall_at_rate"] = [60, 50, 70], [300, 250, 350]
+    (side_by_side,) = render_results().versus(result).rows  # type: ignore[attr-defined]
+    assert side_by_side["lit_sb3"] == "ARS: 4/5, 1M steps, 60 s alone"
+    assert side_by_side["evotorch_ratio"] == "0.20 alone"
