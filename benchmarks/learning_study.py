@@ -1187,11 +1187,9 @@ def without_double_counts(record: dict[str, Any], cpus: int) -> tuple[dict[str, 
 
 def latest_measurements(measurements: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """:return: Of the ``throughput`` measurements of each (task, configuration), those made at the commit of its
-    last one (the code measured before is not the code of the rate)."""
-    last_commit = {(measured["task"], measured["config"]): measured["commit"] for measured in measurements}
-    return [
-        measured for measured in measurements if measured["commit"] == last_commit[measured["task"], measured["config"]]
-    ]
+    last one (the code measured before is not the code of the rate; records without a commit count as one)."""
+    last_commit = {(measured["task"], measured["config"]): measured.get("commit") for measured in measurements}
+    return [m for m in measurements if m.get("commit") == last_commit[m["task"], m["config"]]]
 
 
 def report(runs_file: str, throughput_file: str | None, results_folder: str | None, name: str) -> None:
