@@ -38,7 +38,7 @@ Subcommands::
     python benchmarks/learning_study.py figures runs.jsonl figures/       # learning curves: per task, and suite.png
     python benchmarks/learning_study.py update-cost --task humanoid --config xnes  # ask/tell alone, no env steps
     python benchmarks/learning_study.py throughput --task hopper --config ars --steps 1000000 --out rates.jsonl
-    python benchmarks/learning_study.py env-rate --task hopper   # env.step alone on one core: the floor
+    python benchmarks/learning_study.py env-rate --task hopper --out env_rates.jsonl  # env.step alone, one core
 
 ``throughput`` measures a configuration's training rate alone (``report --throughput`` divides each seed's env steps
 to the threshold by the median of its measurements); ``env-rate`` the environment's own, with no policy, no
@@ -1386,6 +1386,7 @@ def main() -> None:
     env_rate_parser = commands.add_parser("env-rate")
     env_rate_parser.add_argument("--task", choices=list(TASKS), required=True)
     env_rate_parser.add_argument("--steps", type=int, default=100_000)
+    env_rate_parser.add_argument("--out", help="JSON-lines log the measurement is appended to too")
     report_parser = commands.add_parser("report")
     report_parser.add_argument("runs")
     report_parser.add_argument(
@@ -1419,7 +1420,11 @@ def main() -> None:
             file.write(json.dumps(measured) + "\n")
         print(measured, flush=True)
     elif args.command == "env-rate":
-        print(env_rate(args.task, args.steps), flush=True)
+        measured = env_rate(args.task, args.steps)
+        if args.out is not None:
+            with open(args.out, "a") as file:
+                file.write(json.dumps(measured) + "\n")
+        print(measured, flush=True)
     elif args.command == "queue":
         queue(args.jobs, args.out)
     elif args.command == "figures":
