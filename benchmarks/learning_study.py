@@ -91,6 +91,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecNormalize, 
 
 from lit_sb3 import ARS, CEM, CMAES, ES, PGPE, SNES, XNES, AsyncEval
 from lit_sb3.cli.bench_results import Column, LoadSampler, Table, new_result, save_result
+from lit_sb3.cli.common import POPULATION_N_ENVS
 from lit_sb3.evaluation.obs_rms import subtract_running_mean_std
 from lit_sb3.evaluation.seeding import episode_seed
 from lit_sb3.vec_env import CandidateEval, InProcessEval
@@ -218,10 +219,16 @@ TASKS = {
 
 
 def make_env(
-    env_id: str, normalize: bool, clip_obs: float = 10.0, epsilon: float = 1e-8, training: bool = True
+    env_id: str,
+    normalize: bool,
+    clip_obs: float = 10.0,
+    epsilon: float = 1e-8,
+    *,
+    n_envs: int = 1,
+    training: bool = True,
 ) -> VecEnv:
     """:return: The vectorised environment of a task (``VecNormalize(norm_reward=False)`` for ARS V2)."""
-    env: VecEnv = DummyVecEnv([lambda: gym.make(env_id)])
+    env: VecEnv = DummyVecEnv([lambda: gym.make(env_id)] * n_envs)
     if normalize:
         env = VecNormalize(env, norm_reward=False, training=training, clip_obs=clip_obs, epsilon=epsilon)
     return env
@@ -272,6 +279,9 @@ class Config:
     :param clip_obs: ``VecNormalize``'s ``clip_obs`` (None: the task's).
     :param normalize: Whether observations are normalised (``VecNormalize``; None: as the task says).
     :param obs_epsilon: ``VecNormalize``'s ``epsilon``, added to the variance before its square root.
+    :param n_envs: Sub-environments per worker: ``lit-sb3 train``'s default, and 1 for sb3-contrib's ARS and for
+        rl-zoo's settings (as rl-zoo gives each of its workers). Results do not depend on it (an episode's seed does
+        not depend on the slot that runs it), only the speed.
     """
 
     make_model: Callable[[StudyTask, VecEnv, int], BaseAlgorithm]
@@ -279,13 +289,14 @@ class Config:
     clip_obs: float | None = None
     normalize: bool | None = None
     obs_epsilon: float = 1e-8
+    n_envs: int = POPULATION_N_ENVS
 
     def env_maker(self, study_task: StudyTask) -> functools.partial[VecEnv]:
         """:return: Builds the task's environment for this configuration (``training=False``: to evaluate)."""
         task = study_task.task
         normalize = task.normalize if self.normalize is None else self.normalize
         clip_obs = study_task.clip_obs if self.clip_obs is None else self.clip_obs
-        return functools.partial(make_env, task.env_id, normalize, clip_obs, self.obs_epsilon)
+        return functools.partial(make_env, task.env_id, normalize, clip_obs, self.obs_epsilon, n_envs=self.n_envs)
 
 
 def ours(**changes: Any) -> Callable[[StudyTask, VecEnv, int], BaseAlgorithm]:
@@ -352,10 +363,10 @@ def cem(task: StudyTask, env: VecEnv, seed: int) -> BaseAlgorithm:
 
 CONFIGS: dict[str, Config] = {
     "ars": Config(ours()),
-    "contrib-ars-lit": Config(contrib),
-    "contrib-ars-own": Config(contrib, async_eval="sb3-contrib"),
-    "contrib-ars-zoo": Config(contrib_zoo),
-    "ars-zoo": Config(ours_zoo),
+    "contrib-ars-lit": Config(contrib, n_envs=1),
+    "contrib-ars-own": Config(contrib, async_eval="sb3-contrib", n_envs=1),
+    "contrib-ars-zoo": Config(contrib_zoo, n_envs=1),
+    "ars-zoo": Config(ours_zoo, n_envs=1),
     "ars-contrib-merge": Config(contrib_merge),
     "ars-sample-std": Config(ours(return_std_ddof=1)),
     "ars-no-clip": Config(ours(), clip_obs=1e6),

@@ -31,6 +31,7 @@ import lit_sb3
 from lit_sb3 import ARS
 from lit_sb3.agents.async_agent import get_injected_agent
 from lit_sb3.cli import main
+from lit_sb3.cli.common import POPULATION_N_ENVS
 from lit_sb3.cli.hyperparams import load_hyperparams, read_literal
 from lit_sb3.cli.recording import EpisodeRecorder, TrainingRecorder
 
@@ -263,22 +264,34 @@ def test_interrupted_training_is_saved(
     assert "ARS (interrupted)" in out and (tmp_path / "m.png").is_file()
 
 
-def test_train_results_do_not_depend_on_the_workers(capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path) -> None:
-    for workers in ("0", "2"):
-        status, _, err = call(
+def test_train_results_do_not_depend_on_the_workers_or_sub_environments(
+    capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path
+) -> None:
+    runs = {
+        "in_process": ["--workers", "0"],
+        "default": ["--workers", "2"],
+        "one_env": ["--workers", "2", "--n-envs", "1"],
+    }
+    outputs = {}
+    for name, options in runs.items():
+        status, outputs[name], err = call(
             capsys,
             *["train", "cem", "CartPole-v1", "--total-timesteps", "1500", "--seed", "1", "--n-eval-episodes", "2"],
-            *["--workers", workers, "--save", str(tmp_path / workers)],
+            *options,
+            *["--save", str(tmp_path / name)],
         )
         assert status == 0, err
-    in_process, on_workers = read_rounds(tmp_path / "0.csv"), read_rounds(tmp_path / "2.csv")
+    assert f"this process, {POPULATION_N_ENVS} sub-environments" in outputs["in_process"]
+    assert f"2 local worker processes, {POPULATION_N_ENVS} sub-environments each" in outputs["default"]
+    assert "2 local worker processes, 1 sub-environment each" in outputs["one_env"]
     columns = ["env_steps", "mean_return", "best_return", "worst_return", "mean_episode_length", "episodes"]
-    assert [[row[key] for key in columns] for row in in_process] == [
-        [row[key] for key in columns] for row in on_workers
-    ]
-    assert in_process[0]["episodes"] == 2 * in_process[0]["candidates"]
-    first, second = (lit_sb3.CEM.load(tmp_path / f"{workers}.zip").policy for workers in ("0", "2"))
-    np.testing.assert_array_equal(first.parameters_to_vector(), second.parameters_to_vector())
+    rounds = {name: [[row[key] for key in columns] for row in read_rounds(tmp_path / f"{name}.csv")] for name in runs}
+    assert rounds["in_process"] == rounds["default"] == rounds["one_env"]
+    first_round = read_rounds(tmp_path / "default.csv")[0]
+    assert first_round["episodes"] == 2 * first_round["candidates"]
+    first, *others = (lit_sb3.CEM.load(tmp_path / f"{name}.zip").policy.parameters_to_vector() for name in runs)
+    for other in others:
+        np.testing.assert_array_equal(first, other)
 
 
 PGPE_ENTRY = textwrap.dedent(

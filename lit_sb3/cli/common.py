@@ -11,6 +11,11 @@ import gymnasium as gym
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import VecEnv, VecNormalize
 
+#: Sub-environments per worker of a population method when neither the command line nor the file says: a worker
+#: steps them in turn and evaluates their policies in one batched call, so its per-step overhead is shared (2 workers
+#: on HalfCheetah-v5: 1.2-1.3x the env steps per second of one each, on Hopper-v5 1.08x). Results do not depend on it.
+POPULATION_N_ENVS = 8
+
 
 class CliError(Exception):
     """A mistake of the user: ``main()`` prints its message on one line and exits with status 1."""

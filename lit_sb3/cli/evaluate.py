@@ -22,7 +22,14 @@ from stable_baselines3.common.utils import ConstantSchedule
 from stable_baselines3.common.vec_env import VecEnv, VecNormalize
 
 from lit_sb3 import AsyncEval, LinearPolicy, MlpPolicy
-from lit_sb3.cli.common import CliError, ExampleFormatter, check_env_id, print_table, require_module
+from lit_sb3.cli.common import (
+    POPULATION_N_ENVS,
+    CliError,
+    ExampleFormatter,
+    check_env_id,
+    print_table,
+    require_module,
+)
 
 POPULATION_POLICIES = {"linear": LinearPolicy, "mlp": MlpPolicy}
 DEFAULT_POPULATION_ENV = "CartPole-v1"
@@ -67,7 +74,12 @@ def add_parser(commands: Any) -> None:
     population.add_argument("--pop-size", type=int, default=32, help="number of candidates (default: %(default)s)")
     population.add_argument("--sigma", type=float, default=1.0, help="standard deviation of the random weights")
     population.add_argument("--workers", type=int, default=2, help="worker processes (default: %(default)s)")
-    population.add_argument("--n-envs", type=int, default=1, help="sub-environments per worker (candidates at once)")
+    population.add_argument(
+        "--n-envs",
+        type=int,
+        default=POPULATION_N_ENVS,
+        help="sub-environments per worker (candidates at once; default: %(default)s)",
+    )
     population.add_argument("--top", type=int, default=10, help="rows of the results table (best candidates first)")
     parser.set_defaults(run=run_evaluate)
 

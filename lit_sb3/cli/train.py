@@ -14,7 +14,14 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.vec_env import VecNormalize
 
 from lit_sb3 import ARS, CEM, CMAES, ES, PGPE, SNES, XNES, AsyncEval
-from lit_sb3.cli.common import CliError, ExampleFormatter, check_env_id, make_env, require_module
+from lit_sb3.cli.common import (
+    POPULATION_N_ENVS,
+    CliError,
+    ExampleFormatter,
+    check_env_id,
+    make_env,
+    require_module,
+)
 from lit_sb3.cli.gradient import GRADIENT_ALGORITHMS, injected_class, make_action_noise, make_multi_env
 from lit_sb3.cli.hyperparams import Hyperparams, algorithm_arguments, load_hyperparams, tuned_env_ids, tuned_file
 from lit_sb3.cli.recording import EpisodeRecorder, ProgressRecorder, TrainingRecorder
@@ -107,7 +114,8 @@ def add_parser(commands: Any) -> None:
         "--n-envs",
         type=int,
         default=None,
-        help="sub-environments per worker of a population method (default: the file's, else 1); environments of "
+        help=f"sub-environments per worker of a population method (default: the file's, else {POPULATION_N_ENVS}); "
+        "environments of "
         "a gradient agent (default: the file's, else one per worker)",
     )
     parser.add_argument(
@@ -182,10 +190,21 @@ class Training:
 
 
 class PopulationTraining(Training):
-    """A population method, its candidates evaluated in this process or on the worker pool."""
+    """
+    A population method, its candidates evaluated in this process or on the worker pool.
 
-    def __init__(self, model: PopulationAlgorithm, recorder: TrainingRecorder, env_fn: Any, workers: int) -> None:
+    :param model: The model.
+    :param recorder: The callback that records its progress.
+    :param env_fn: Builds a worker's environment.
+    :param workers: Local worker processes (0: this process).
+    :param n_envs: Sub-environments of ``env_fn``'s environment.
+    """
+
+    def __init__(
+        self, model: PopulationAlgorithm, recorder: TrainingRecorder, env_fn: Any, workers: int, n_envs: int
+    ) -> None:
         where = "this process" if workers == 0 else f"{workers} local worker processes"
+        where += f", {n_envs} sub-environment{'s' if n_envs > 1 else ''}" + (" each" if workers > 1 else "")
         super().__init__(model, recorder, type(model).__name__, where)
         self.population_model = model
         self.env_fn = env_fn
@@ -301,12 +320,12 @@ def _population_training(args: argparse.Namespace, algo_name: str, source: pathl
         normalize_kwargs = {"norm_obs": True, "norm_reward": False}
     policy = args.policy or hyperparams.policy or "LinearPolicy"
     total_timesteps = args.total_timesteps or hyperparams.n_timesteps or DEFAULT_TIMESTEPS
-    n_envs = args.n_envs or hyperparams.n_envs or 1
+    n_envs = args.n_envs or hyperparams.n_envs or POPULATION_N_ENVS
     env_fn = functools.partial(make_env, args.env_id, n_envs=n_envs, normalize_kwargs=normalize_kwargs)
     model = _build_model(algo_class, policy, env_fn(), args, algo_kwargs)
     assert isinstance(model, PopulationAlgorithm)
     recorder = TrainingRecorder(total_timesteps, progress_bar=not args.no_progress_bar)
-    return PopulationTraining(model, recorder, env_fn, args.workers), total_timesteps
+    return PopulationTraining(model, recorder, env_fn, args.workers, n_envs), total_timesteps
 
 
 def _gradient_training(args: argparse.Namespace, algo_name: str, source: pathlib.Path | None) -> tuple[Training, int]:
