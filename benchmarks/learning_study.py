@@ -716,14 +716,18 @@ def write_replacing(path: Path, data: bytes) -> None:
 
 
 def source_commit() -> str:
-    """:return: The git commit of the code the run uses (``+changes`` if the work tree differs from it)."""
+    """
+    :return: The git commit of the code the run uses (``+changes`` if the work tree differs from it outside
+        ``benchmarks/study_runs``, the study's records).
+    """
 
     def git(*arguments: str) -> str:
         folder = Path(__file__).resolve().parent
         return subprocess.run(["git", *arguments], check=True, cwd=folder, capture_output=True, text=True).stdout
 
     commit = git("rev-parse", "HEAD").strip()
-    return f"{commit}+changes" if git("status", "--porcelain", "--untracked-files=no").strip() else commit
+    changed = git("status", "--porcelain", "--untracked-files=no", "--", ":(top,exclude)benchmarks/study_runs")
+    return f"{commit}+changes" if changed.strip() else commit
 
 
 def with_budget(study_task: StudyTask, budget: int | None) -> StudyTask:
