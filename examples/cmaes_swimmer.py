@@ -41,6 +41,8 @@ def main() -> None:
     args = parse_args()
     output_dir = pathlib.Path(args.output_dir)
     env_fn = functools.partial(make_vec_env, args.env_id)
+    # Each worker steps 8 candidates' episodes in turn and acts for them in one call: faster, the same results.
+    worker_env_fn = functools.partial(make_vec_env, args.env_id, n_envs=8)
 
     model = CMAES(
         "LinearPolicy",
@@ -53,7 +55,7 @@ def main() -> None:
         seed=args.seed,
     )
     model.set_logger(configure(str(output_dir), ["stdout", "csv"]))
-    with AsyncEval([env_fn] * args.workers, model.policy) as async_eval:
+    with AsyncEval([worker_env_fn] * args.workers, model.policy) as async_eval:
         model.learn(args.total_timesteps, async_eval=async_eval)
     model.save(output_dir / "model")
 
