@@ -334,7 +334,7 @@ def pgpe(task: StudyTask, env: VecEnv, seed: int) -> BaseAlgorithm:
 
 def snes(task: StudyTask, env: VecEnv, seed: int, **changes: Any) -> BaseAlgorithm:
     """SNES from zero, ``stdev_init=0.1``, the paper's population size and learning rates (as ``evotorch-snes``)."""
-    return SNES("LinearPolicy", env, seed=seed, stdev_init=0.1, **changes)
+    return SNES("LinearPolicy", env, seed=seed, **{"stdev_init": 0.1, **changes})
 
 
 def xnes(task: StudyTask, env: VecEnv, seed: int, **changes: Any) -> BaseAlgorithm:
@@ -379,6 +379,7 @@ CONFIGS: dict[str, Config] = {
     "pgpe": Config(pgpe, normalize=True),
     "pgpe-variance-floor": Config(pgpe, normalize=True, clip_obs=1e6, obs_epsilon=1e-2),
     "snes": Config(snes),
+    "snes-stdev-1": Config(functools.partial(snes, stdev_init=1.0)),
     "xnes": Config(xnes),
     "snes-no-alive-bonus": Config(without_alive_bonus(snes)),
     "xnes-no-alive-bonus": Config(without_alive_bonus(xnes)),
@@ -413,11 +414,11 @@ def evotorch_cmaes(task: StudyTask, problem: Any, zeros: Any) -> Any:
     return algorithms.CMAES(problem, stdev_init=0.1, popsize=32, center_init=zeros)
 
 
-def evotorch_snes(task: StudyTask, problem: Any, zeros: Any) -> Any:
+def evotorch_snes(task: StudyTask, problem: Any, zeros: Any, stdev_init: float = 0.1) -> Any:
     """SNES from zero, ``stdev_init=0.1``, EvoTorch's default population size and learning rates."""
     from evotorch import algorithms
 
-    return algorithms.SNES(problem, stdev_init=0.1, center_init=zeros)
+    return algorithms.SNES(problem, stdev_init=stdev_init, center_init=zeros)
 
 
 def evotorch_xnes(task: StudyTask, problem: Any, zeros: Any) -> Any:
@@ -431,6 +432,7 @@ EVOTORCH_CONFIGS: dict[str, EvoTorchConfig] = {
     "evotorch-pgpe": EvoTorchConfig(evotorch_pgpe, observation_normalization=True, remove_alive_bonus=True),
     "evotorch-cmaes": EvoTorchConfig(evotorch_cmaes),
     "evotorch-snes": EvoTorchConfig(evotorch_snes),
+    "evotorch-snes-stdev-1": EvoTorchConfig(functools.partial(evotorch_snes, stdev_init=1.0)),
     "evotorch-xnes-no-alive-bonus": EvoTorchConfig(evotorch_xnes, remove_alive_bonus=True),
 }
 
@@ -1084,6 +1086,7 @@ LABELS = {
     "pgpe": "lit_sb3 PGPE + ClipUp (EvoTorch's MuJoCo recipe)",
     "pgpe-variance-floor": "lit_sb3 PGPE + ClipUp, observations normalised with variance + 0.01, no clip",
     "snes": "lit_sb3 SNES",
+    "snes-stdev-1": "lit_sb3 SNES, stdev_init 1.0",
     "xnes": "lit_sb3 XNES",
     "snes-no-alive-bonus": "lit_sb3 SNES, alive bonus removed",
     "xnes-no-alive-bonus": "lit_sb3 XNES, alive bonus removed",
@@ -1092,6 +1095,7 @@ LABELS = {
     "evotorch-pgpe": "EvoTorch 0.6.1 PGPE + ClipUp (its MuJoCo recipe), GymNE 2 actors",
     "evotorch-cmaes": "EvoTorch 0.6.1 CMA-ES, GymNE 2 actors",
     "evotorch-snes": "EvoTorch 0.6.1 SNES, GymNE 2 actors",
+    "evotorch-snes-stdev-1": "EvoTorch 0.6.1 SNES, stdev_init 1.0, GymNE 2 actors",
     "evotorch-xnes-no-alive-bonus": "EvoTorch 0.6.1 XNES, alive bonus removed, GymNE 2 actors",
 }
 
