@@ -135,7 +135,9 @@ def headline_learning(result: Result) -> str:
 
 def headline_mujoco(result: Result) -> str:
     chosen = choices(result).rows
-    reached = ", ".join(f"{choice['task']} {choice['reached']} ({choice['choose'].split()[1]})" for choice in chosen)
+    reached = ", ".join(
+        f"{choice['task']} {choice['reached']} ({choice['choose'].split()[1].rstrip(',')})" for choice in chosen
+    )
     humanoid = next((choice for choice in chosen if choice["task"] == "humanoid"), None)
     cpu = ""
     if humanoid is not None:

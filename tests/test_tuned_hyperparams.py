@@ -28,7 +28,7 @@ STUDY_CONFIGURATIONS = {
     ("cmaes", "HalfCheetah-v5"): "cmaes",
     ("cmaes", "Swimmer-v5"): "cmaes",
     ("snes", "HalfCheetah-v5"): "snes",
-    ("snes", "Swimmer-v5"): "snes",
+    ("snes", "Swimmer-v5"): "snes-stdev-1",
     ("xnes", "Swimmer-v5"): "xnes",
     ("cem", "Swimmer-v5"): "cem",
     ("es", "HalfCheetah-v5"): "es",
