@@ -115,8 +115,7 @@ def add_parser(commands: Any) -> None:
         type=int,
         default=None,
         help=f"sub-environments per worker of a population method (default: the file's, else {POPULATION_N_ENVS}); "
-        "environments of "
-        "a gradient agent (default: the file's, else one per worker)",
+        "environments of a gradient agent (default: the file's, else one per worker)",
     )
     parser.add_argument(
         "--policy",
@@ -197,12 +196,10 @@ class PopulationTraining(Training):
     :param recorder: The callback that records its progress.
     :param env_fn: Builds a worker's environment.
     :param workers: Local worker processes (0: this process).
-    :param n_envs: Sub-environments of ``env_fn``'s environment.
     """
 
-    def __init__(
-        self, model: PopulationAlgorithm, recorder: TrainingRecorder, env_fn: Any, workers: int, n_envs: int
-    ) -> None:
+    def __init__(self, model: PopulationAlgorithm, recorder: TrainingRecorder, env_fn: Any, workers: int) -> None:
+        n_envs = model.n_envs  # the model's env is env_fn's, as each worker's
         where = "this process" if workers == 0 else f"{workers} local worker processes"
         where += f", {n_envs} sub-environment{'s' if n_envs > 1 else ''}" + (" each" if workers > 1 else "")
         super().__init__(model, recorder, type(model).__name__, where)
@@ -325,7 +322,7 @@ def _population_training(args: argparse.Namespace, algo_name: str, source: pathl
     model = _build_model(algo_class, policy, env_fn(), args, algo_kwargs)
     assert isinstance(model, PopulationAlgorithm)
     recorder = TrainingRecorder(total_timesteps, progress_bar=not args.no_progress_bar)
-    return PopulationTraining(model, recorder, env_fn, args.workers, n_envs), total_timesteps
+    return PopulationTraining(model, recorder, env_fn, args.workers), total_timesteps
 
 
 def _gradient_training(args: argparse.Namespace, algo_name: str, source: pathlib.Path | None) -> tuple[Training, int]:
