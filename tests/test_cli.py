@@ -576,6 +576,7 @@ def test_evaluate_keeps_the_random_population(capsys: pytest.CaptureFixture[str]
     returns = [float(row[1]) for row in rows]
     assert returns == sorted(returns, reverse=True) and all(1 <= value <= 500 for value in returns)
     assert "6 candidates x 2 episodes of CartPole-v1" in out
+    assert f"on 2 workers of {POPULATION_N_ENVS} sub-environments" in out
 
 
 # ----------------------------------------------------------------------------------------------------- bench

@@ -264,8 +264,9 @@ def run_random_population(args: argparse.Namespace, env_id: str) -> None:
     steps = sum(int(lengths.sum()) for _, (_, lengths) in results)
     print(
         f"\n{args.pop_size} candidates x {episodes} episodes of {env_id} ({n_params} parameters, "
-        f"{args.policy} policy) on {args.workers} workers: {steps} steps in {finished - ready:.2f} s "
-        f"({steps / max(finished - ready, 1e-9):,.0f} steps/s); pool start {ready - started:.2f} s"
+        f"{args.policy} policy) on {args.workers} workers of {args.n_envs} sub-environments: {steps} steps in "
+        f"{finished - ready:.2f} s ({steps / max(finished - ready, 1e-9):,.0f} steps/s); "
+        f"pool start {ready - started:.2f} s"
     )
 
 
