@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
+import torch as th
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.buffers import ReplayBuffer
 from stable_baselines3.common.callbacks import BaseCallback
@@ -316,7 +317,10 @@ class _AsyncAgent:
 
     def _timed_train(self, train: Any, *args: Any, **kwargs: Any) -> None:
         started = time.monotonic()
-        train(*args, **kwargs)
+        # With gradients on: a Ctrl-C inside a torch.no_grad() block's __enter__ skips its __exit__ and leaves them
+        # off for the thread, which would break every later train() of this model.
+        with th.enable_grad():
+            train(*args, **kwargs)
         self._train_seconds += time.monotonic() - started
         self._train_calls += 1
         self._weights_version += 1
