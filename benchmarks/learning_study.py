@@ -717,6 +717,12 @@ def write_replacing(path: Path, data: bytes) -> None:
     os.replace(new, path)
 
 
+def append_json_line(path: str, data: dict[str, Any]) -> None:
+    """Append ``data`` to a JSON-lines log (the runs', the rates')."""
+    with open(path, "a") as file:
+        file.write(json.dumps(data) + "\n")
+
+
 def source_commit() -> str:
     """
     :return: The git commit of the code the run uses (``+changes`` if the work tree differs from it outside
@@ -1425,8 +1431,7 @@ def main() -> None:
     if args.command == "run":
         checkpoints = Path(args.checkpoints or f"{args.out}.checkpoints")
         record = run(args.task, args.config, args.seed, args.budget, checkpoints)
-        with open(args.out, "a") as file:
-            file.write(json.dumps(dataclasses.asdict(record)) + "\n")
+        append_json_line(args.out, dataclasses.asdict(record))
         print(
             f"{record.task} {record.config} seed {record.seed}: threshold at {record.steps_to_threshold} steps, "
             f"{record.time_to_threshold} s, {record.cpu_to_threshold} CPU-s; final {record.curve[-1]}; "
@@ -1435,14 +1440,12 @@ def main() -> None:
         )
     elif args.command == "throughput":
         measured = throughput(args.task, args.config, args.steps)
-        with open(args.out, "a") as file:
-            file.write(json.dumps(measured) + "\n")
+        append_json_line(args.out, measured)
         print(measured, flush=True)
     elif args.command == "env-rate":
         measured = env_rate(args.task, args.steps)
         if args.out is not None:
-            with open(args.out, "a") as file:
-                file.write(json.dumps(measured) + "\n")
+            append_json_line(args.out, measured)
         print(measured, flush=True)
     elif args.command == "queue":
         queue(args.jobs, args.out)
