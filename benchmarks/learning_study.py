@@ -320,15 +320,27 @@ def ours_zoo(task: StudyTask, env: VecEnv, seed: int) -> BaseAlgorithm:
     return ARS("LinearPolicy", env, seed=seed, **RL_ZOO_ARS[task.task.name])
 
 
-def pgpe(task: StudyTask, env: VecEnv, seed: int) -> BaseAlgorithm:
-    """PGPE + ClipUp at EvoTorch's recipe (``evotorch-pgpe``), on the same linear policy with bias."""
+def pgpe(task: StudyTask, env: VecEnv, seed: int, speed_factor: float = 1.0) -> BaseAlgorithm:
+    """
+    PGPE + ClipUp at EvoTorch's recipe (``evotorch-pgpe``), on the same linear policy with bias.
+
+    :param speed_factor: Multiplies ClipUp's ``max_speed`` and the centre's learning rate (1: the recipe's).
+    """
+    recipe = task.evotorch_pgpe
     return PGPE(
         "LinearPolicy",
         env,
         seed=seed,
         alive_bonus_offset=-task.alive_bonus,
         policy_kwargs={"with_bias": True},
-        **task.evotorch_pgpe,
+        **{
+            **recipe,
+            "center_learning_rate": speed_factor * recipe["center_learning_rate"],
+            "optimizer_config": {
+                **recipe["optimizer_config"],
+                "max_speed": speed_factor * recipe["optimizer_config"]["max_speed"],
+            },
+        },
     )
 
 
@@ -378,6 +390,8 @@ CONFIGS: dict[str, Config] = {
     "cem": Config(cem),
     "pgpe": Config(pgpe, normalize=True),
     "pgpe-variance-floor": Config(pgpe, normalize=True, clip_obs=1e6, obs_epsilon=1e-2),
+    "pgpe-speed-2x": Config(functools.partial(pgpe, speed_factor=2.0), normalize=True),
+    "pgpe-speed-3x": Config(functools.partial(pgpe, speed_factor=3.0), normalize=True),
     "snes": Config(snes),
     "snes-stdev-1": Config(functools.partial(snes, stdev_init=1.0)),
     "xnes": Config(xnes),
@@ -1091,6 +1105,8 @@ LABELS = {
     "cem": "lit_sb3 CEM",
     "pgpe": "lit_sb3 PGPE + ClipUp (EvoTorch's MuJoCo recipe)",
     "pgpe-variance-floor": "lit_sb3 PGPE + ClipUp, observations normalised with variance + 0.01, no clip",
+    "pgpe-speed-2x": "lit_sb3 PGPE + ClipUp, twice the recipe's max_speed and centre learning rate",
+    "pgpe-speed-3x": "lit_sb3 PGPE + ClipUp, three times the recipe's max_speed and centre learning rate",
     "snes": "lit_sb3 SNES",
     "snes-stdev-1": "lit_sb3 SNES, stdev_init 1.0",
     "xnes": "lit_sb3 XNES",
