@@ -8,6 +8,10 @@ machine's load average before and after (the machine is shared: wall times are n
 A run goes on to at least the task's fixed budget, so the return at that budget is known for every seed. A seed
 run again (a queue line with a larger budget: it goes on from the last run's checkpoint, or, our runs being
 deterministic, repeats the old run up to its budget) replaces its earlier record in the report and the figures.
+Deterministic means on one machine with one set of packages: a record names both (``machine``: CPU, Python and the
+versions of the packages that decide a run's path). Elsewhere a seed takes another path: Swimmer SNES
+(``snes-stdev-1``) seed 1 reached the threshold at 144k steps in the session of 2026-12-05 06:29 and at 168k on the
+next session's machine, same commit.
 
 Env steps count every step of every candidate's episode (ARS's ``num_timesteps``); centre evaluations are not
 counted. CPU-seconds are those of the run's process tree, read with ``psutil``: the main process plus every process
@@ -90,13 +94,15 @@ from stable_baselines3.common.running_mean_std import RunningMeanStd
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecNormalize, sync_envs_normalization
 
 from lit_sb3 import ARS, CEM, CMAES, ES, PGPE, SNES, XNES, AsyncEval
-from lit_sb3.cli.bench_results import Column, LoadSampler, Table, new_result, save_result
+from lit_sb3.cli.bench_results import Column, LoadSampler, Table, machine_description, new_result, save_result
 from lit_sb3.cli.common import POPULATION_N_ENVS
 from lit_sb3.evaluation.obs_rms import subtract_running_mean_std
 from lit_sb3.evaluation.seeding import episode_seed
 from lit_sb3.vec_env import CandidateEval, InProcessEval
 
 N_WORKERS = 2
+# Besides torch, stable-baselines3 and gymnasium: what a run's exact path depends on.
+STUDY_PACKAGES = ("mujoco", "numpy", "cma", "sb3-contrib", "evotorch")
 CPU_MEASURE = "psutil: main process + every descendant process (user + system), told apart by pid and start since boot"
 
 # The ARS paper's table 9 (V2-t, observation normalisation); the shift is code/ars.py's "--shift" (alive bonus).
@@ -478,6 +484,7 @@ class Record:
     load_after: float = 0.0
     started: str = ""
     seconds: float = 0.0
+    machine: str = ""
 
 
 class ProcessTreeCpu:
@@ -769,7 +776,13 @@ def run(task_name: str, config_name: str, seed: int, budget: int | None, checkpo
     study_task = with_budget(TASKS[task_name], budget)
     task = study_task.task
     record = Record(
-        task_name, config_name, seed, task.budget, commit=source_commit(), started=time.strftime("%H:%M:%S")
+        task_name,
+        config_name,
+        seed,
+        task.budget,
+        commit=source_commit(),
+        started=time.strftime("%H:%M:%S"),
+        machine=machine_description(("torch", "stable-baselines3", "gymnasium", *STUDY_PACKAGES)),
     )
     record.load_before = uptime_load()
     began = time.perf_counter()
@@ -1277,7 +1290,7 @@ def report(runs_file: str, throughput_file: str | None, results_folder: str | No
     if results_folder is not None:
         load = LoadSampler()
         load.samples = [round(min(loads), 1), round(max(loads), 1)]
-        result = new_result(name, {"learning_study": table}, load, conditions=summary, packages=("sb3-contrib",))
+        result = new_result(name, {"learning_study": table}, load, conditions=summary, packages=STUDY_PACKAGES)
         print(f"\nwrote {save_result(result, results_folder)}")
 
 

@@ -188,6 +188,19 @@ def test_result_files_say_how_they_were_measured() -> None:
         assert Result.from_json(result.to_json()) == result
 
 
+def test_machine_description_names_what_a_run_depends_on() -> None:
+    import platform
+
+    import numpy as np
+
+    from lit_sb3.cli.bench_results import cpu_model, machine_description
+
+    description = machine_description(("numpy", "no-such-package"))
+    assert description.startswith(f"{os.cpu_count()} cores")
+    assert cpu_model() in description and platform.python_version() in description
+    assert description.endswith(f"numpy {np.__version__}")  # packages not installed are left out
+
+
 # ------------------------------------------------------------------------------------------------ references
 
 

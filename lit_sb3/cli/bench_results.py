@@ -143,8 +143,23 @@ def current_commit() -> str:
     return completed.stdout.strip()
 
 
+def cpu_model() -> str:
+    """:return: The processor's model name (``/proc/cpuinfo``'s, else ``platform.processor()``), or ``""``."""
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
 def machine_description(packages: Sequence[str] = ("torch", "stable-baselines3", "gymnasium")) -> str:
-    """:return: The CPU count, memory, Python and the versions of ``packages`` (the installed ones)."""
+    """
+    :return: The CPU count and model, memory, Python and the versions of ``packages`` (the installed ones): what
+        a result's exact numbers depend on (the same seed can take another path on another CPU or version).
+    """
     memory = ""
     if hasattr(os, "sysconf") and "SC_PHYS_PAGES" in os.sysconf_names:
         memory = f", {os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE') / 2**30:.0f} GiB"
@@ -155,7 +170,8 @@ def machine_description(packages: Sequence[str] = ("torch", "stable-baselines3",
         except metadata.PackageNotFoundError:
             continue
     python = f"Python {platform.python_version()}"
-    return f"{os.cpu_count()} cores{memory}, {platform.machine()}; " + ", ".join([python, *versions])
+    hardware = " ".join(filter(None, [platform.machine(), cpu_model()]))
+    return f"{os.cpu_count()} cores{memory}, {hardware}; " + ", ".join([python, *versions])
 
 
 def command_line() -> str:
