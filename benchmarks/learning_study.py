@@ -326,27 +326,32 @@ def ours_zoo(task: StudyTask, env: VecEnv, seed: int) -> BaseAlgorithm:
     return ARS("LinearPolicy", env, seed=seed, **RL_ZOO_ARS[task.task.name])
 
 
+def pgpe_recipe(task: StudyTask, speed_factor: float) -> dict[str, Any]:
+    """:return: The task's EvoTorch PGPE recipe with ClipUp's ``max_speed`` and the centre's learning rate scaled."""
+    recipe = task.evotorch_pgpe
+    return {
+        **recipe,
+        "center_learning_rate": speed_factor * recipe["center_learning_rate"],
+        "optimizer_config": {
+            **recipe["optimizer_config"],
+            "max_speed": speed_factor * recipe["optimizer_config"]["max_speed"],
+        },
+    }
+
+
 def pgpe(task: StudyTask, env: VecEnv, seed: int, speed_factor: float = 1.0) -> BaseAlgorithm:
     """
     PGPE + ClipUp at EvoTorch's recipe (``evotorch-pgpe``), on the same linear policy with bias.
 
     :param speed_factor: Multiplies ClipUp's ``max_speed`` and the centre's learning rate (1: the recipe's).
     """
-    recipe = task.evotorch_pgpe
     return PGPE(
         "LinearPolicy",
         env,
         seed=seed,
         alive_bonus_offset=-task.alive_bonus,
         policy_kwargs={"with_bias": True},
-        **{
-            **recipe,
-            "center_learning_rate": speed_factor * recipe["center_learning_rate"],
-            "optimizer_config": {
-                **recipe["optimizer_config"],
-                "max_speed": speed_factor * recipe["optimizer_config"]["max_speed"],
-            },
-        },
+        **pgpe_recipe(task, speed_factor),
     )
 
 
@@ -421,10 +426,11 @@ class EvoTorchConfig:
     remove_alive_bonus: bool = False
 
 
-def evotorch_pgpe(task: StudyTask, problem: Any, zeros: Any) -> Any:
+def evotorch_pgpe(task: StudyTask, problem: Any, zeros: Any, speed_factor: float = 1.0) -> Any:
+    """EvoTorch's PGPE + ClipUp at its recipe, ``max_speed`` and the centre's learning rate times ``speed_factor``."""
     from evotorch.algorithms import PGPE
 
-    return PGPE(problem, **task.evotorch_pgpe)
+    return PGPE(problem, **pgpe_recipe(task, speed_factor))
 
 
 def evotorch_cmaes(task: StudyTask, problem: Any, zeros: Any) -> Any:
@@ -450,6 +456,9 @@ def evotorch_xnes(task: StudyTask, problem: Any, zeros: Any) -> Any:
 
 EVOTORCH_CONFIGS: dict[str, EvoTorchConfig] = {
     "evotorch-pgpe": EvoTorchConfig(evotorch_pgpe, observation_normalization=True, remove_alive_bonus=True),
+    "evotorch-pgpe-speed-2x": EvoTorchConfig(
+        functools.partial(evotorch_pgpe, speed_factor=2.0), observation_normalization=True, remove_alive_bonus=True
+    ),
     "evotorch-cmaes": EvoTorchConfig(evotorch_cmaes),
     "evotorch-snes": EvoTorchConfig(evotorch_snes),
     "evotorch-snes-stdev-1": EvoTorchConfig(functools.partial(evotorch_snes, stdev_init=1.0)),
@@ -1128,6 +1137,9 @@ LABELS = {
     "cmaes-no-alive-bonus": "lit_sb3 CMAES, alive bonus removed",
     "cmaes-separable": "lit_sb3 CMAES, separable (diagonal covariance)",
     "evotorch-pgpe": "EvoTorch 0.6.1 PGPE + ClipUp (its MuJoCo recipe), GymNE 2 actors",
+    "evotorch-pgpe-speed-2x": (
+        "EvoTorch 0.6.1 PGPE + ClipUp, twice the recipe's max_speed and centre learning rate, GymNE 2 actors"
+    ),
     "evotorch-cmaes": "EvoTorch 0.6.1 CMA-ES, GymNE 2 actors",
     "evotorch-snes": "EvoTorch 0.6.1 SNES, GymNE 2 actors",
     "evotorch-snes-stdev-1": "EvoTorch 0.6.1 SNES, stdev_init 1.0, GymNE 2 actors",
