@@ -456,8 +456,8 @@ def evotorch_xnes(task: StudyTask, problem: Any, zeros: Any) -> Any:
 
 EVOTORCH_CONFIGS: dict[str, EvoTorchConfig] = {
     "evotorch-pgpe": EvoTorchConfig(evotorch_pgpe, observation_normalization=True, remove_alive_bonus=True),
-    "evotorch-pgpe-speed-2x": EvoTorchConfig(
-        functools.partial(evotorch_pgpe, speed_factor=2.0), observation_normalization=True, remove_alive_bonus=True
+    "evotorch-pgpe-speed-3x": EvoTorchConfig(
+        functools.partial(evotorch_pgpe, speed_factor=3.0), observation_normalization=True, remove_alive_bonus=True
     ),
     "evotorch-cmaes": EvoTorchConfig(evotorch_cmaes),
     "evotorch-snes": EvoTorchConfig(evotorch_snes),
@@ -1137,8 +1137,8 @@ LABELS = {
     "cmaes-no-alive-bonus": "lit_sb3 CMAES, alive bonus removed",
     "cmaes-separable": "lit_sb3 CMAES, separable (diagonal covariance)",
     "evotorch-pgpe": "EvoTorch 0.6.1 PGPE + ClipUp (its MuJoCo recipe), GymNE 2 actors",
-    "evotorch-pgpe-speed-2x": (
-        "EvoTorch 0.6.1 PGPE + ClipUp, twice the recipe's max_speed and centre learning rate, GymNE 2 actors"
+    "evotorch-pgpe-speed-3x": (
+        "EvoTorch 0.6.1 PGPE + ClipUp, three times the recipe's max_speed and centre learning rate, GymNE 2 actors"
     ),
     "evotorch-cmaes": "EvoTorch 0.6.1 CMA-ES, GymNE 2 actors",
     "evotorch-snes": "EvoTorch 0.6.1 SNES, GymNE 2 actors",

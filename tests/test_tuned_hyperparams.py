@@ -33,7 +33,7 @@ STUDY_CONFIGURATIONS = {
     ("cem", "Swimmer-v5"): "cem",
     ("es", "HalfCheetah-v5"): "es",
     ("es", "Swimmer-v5"): "es",
-    ("pgpe", "Walker2d-v5"): "pgpe-speed-2x",
+    ("pgpe", "Walker2d-v5"): "pgpe-speed-3x",
 }
 STUDY_TASKS = {
     "HalfCheetah-v5": "halfcheetah",
