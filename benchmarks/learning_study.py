@@ -10,8 +10,8 @@ run again (a queue line with a larger budget: it goes on from the last run's che
 deterministic, repeats the old run up to its budget) replaces its earlier record in the report and the figures.
 Deterministic means on one machine with one set of packages: a record names both (``machine``: CPU, Python and the
 versions of the packages that decide a run's path). Elsewhere a seed takes another path: Swimmer SNES
-(``snes-stdev-1``) seed 1 reached the threshold at 144k steps in the session of 2026-12-05 06:29 and at 168k on the
-next session's machine, same commit.
+(``snes-stdev-1``) seed 1 reached the threshold at 144k steps in its study record (commit 4e58036) and at 168k when
+run again on another machine at the same commit.
 
 Env steps count every step of every candidate's episode (ARS's ``num_timesteps``); centre evaluations are not
 counted. CPU-seconds are those of the run's process tree, read with ``psutil``: the main process plus every process
