@@ -94,14 +94,22 @@ from stable_baselines3.common.running_mean_std import RunningMeanStd
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecNormalize, sync_envs_normalization
 
 from lit_sb3 import ARS, CEM, CMAES, ES, PGPE, SNES, XNES, AsyncEval
-from lit_sb3.cli.bench_results import Column, LoadSampler, Table, machine_description, new_result, save_result
+from lit_sb3.cli.bench_results import (
+    CORE_PACKAGES,
+    Column,
+    LoadSampler,
+    Table,
+    machine_description,
+    new_result,
+    save_result,
+)
 from lit_sb3.cli.common import POPULATION_N_ENVS
 from lit_sb3.evaluation.obs_rms import subtract_running_mean_std
 from lit_sb3.evaluation.seeding import episode_seed
 from lit_sb3.vec_env import CandidateEval, InProcessEval
 
 N_WORKERS = 2
-# Besides torch, stable-baselines3 and gymnasium: what a run's exact path depends on.
+# Besides CORE_PACKAGES: what a run's exact path depends on.
 STUDY_PACKAGES = ("mujoco", "numpy", "cma", "sb3-contrib", "evotorch")
 CPU_MEASURE = "psutil: main process + every descendant process (user + system), told apart by pid and start since boot"
 
@@ -791,7 +799,7 @@ def run(task_name: str, config_name: str, seed: int, budget: int | None, checkpo
         task.budget,
         commit=source_commit(),
         started=time.strftime("%H:%M:%S"),
-        machine=machine_description(("torch", "stable-baselines3", "gymnasium", *STUDY_PACKAGES)),
+        machine=machine_description((*CORE_PACKAGES, *STUDY_PACKAGES)),
     )
     record.load_before = uptime_load()
     began = time.perf_counter()

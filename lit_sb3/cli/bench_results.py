@@ -143,6 +143,10 @@ def current_commit() -> str:
     return completed.stdout.strip()
 
 
+#: The packages every result names the versions of.
+CORE_PACKAGES = ("torch", "stable-baselines3", "gymnasium")
+
+
 def cpu_model() -> str:
     """:return: The processor's model name (``/proc/cpuinfo``'s, else ``platform.processor()``), or ``""``."""
     try:
@@ -155,7 +159,7 @@ def cpu_model() -> str:
     return platform.processor()
 
 
-def machine_description(packages: Sequence[str] = ("torch", "stable-baselines3", "gymnasium")) -> str:
+def machine_description(packages: Sequence[str] = CORE_PACKAGES) -> str:
     """
     :return: The CPU count and model, memory, Python and the versions of ``packages`` (the installed ones): what
         a result's exact numbers depend on (the same seed can take another path on another CPU or version).
@@ -200,7 +204,7 @@ def new_result(
         command=command_line(),
         commit=current_commit(),
         date=datetime.date.today().isoformat(),
-        machine=machine_description(("torch", "stable-baselines3", "gymnasium", *packages)),
+        machine=machine_description((*CORE_PACKAGES, *packages)),
         load_average=load.span(),
         conditions=conditions,
         tables=tables,
