@@ -289,7 +289,8 @@ def inertial(task: StudyTask, env: VecEnv, seed: int) -> BaseAlgorithm:
 class Config:
     """
     :param make_model: Builds the model from the task, the training env and the seed.
-    :param async_eval: ``"lit_sb3"`` or ``"sb3-contrib"``: what evaluates the candidates, on 2 workers.
+    :param async_eval: ``"lit_sb3"`` or ``"sb3-contrib"``: what evaluates the candidates, on 2 workers; ``"none"``:
+        the training process evaluates them itself, one after the other (rl-zoo's ``n_envs: 1``).
     :param clip_obs: ``VecNormalize``'s ``clip_obs`` (None: the task's).
     :param normalize: Whether observations are normalised (``VecNormalize``; None: as the task says).
     :param obs_epsilon: ``VecNormalize``'s ``epsilon``, added to the variance before its square root.
@@ -397,6 +398,8 @@ CONFIGS: dict[str, Config] = {
     "contrib-ars-lit": Config(contrib, n_envs=1),
     "contrib-ars-own": Config(contrib, async_eval="sb3-contrib", n_envs=1),
     "contrib-ars-zoo": Config(contrib_zoo, n_envs=1),
+    "contrib-ars-zoo-own": Config(contrib_zoo, async_eval="sb3-contrib", n_envs=1),
+    "contrib-ars-zoo-in-process": Config(contrib_zoo, async_eval="none", n_envs=1),
     "ars-zoo": Config(ours_zoo, n_envs=1),
     "ars-contrib-merge": Config(contrib_merge),
     "ars-sample-std": Config(ours(return_std_ddof=1)),
@@ -813,6 +816,20 @@ def run(task_name: str, config_name: str, seed: int, budget: int | None, checkpo
     return record
 
 
+@contextmanager
+def candidate_evaluator(config: Config, env_maker: Callable[[], VecEnv], policy: Any) -> Iterator[Any]:
+    """:return: The configuration's evaluator of candidates on :data:`N_WORKERS` workers, closed on exit; None where
+    the training process evaluates them itself."""
+    if config.async_eval == "none":
+        yield None
+        return
+    async_eval = (AsyncEval if config.async_eval == "lit_sb3" else ContribAsyncEval)([env_maker] * N_WORKERS, policy)
+    try:
+        yield async_eval
+    finally:
+        async_eval.close()
+
+
 def run_sb3(study_task: StudyTask, config: Config, seed: int, checkpoint: Checkpoint | None) -> StudyCurve:
     """Train a Stable-Baselines3 population algorithm with ``learn(async_eval=...)`` (from its checkpoint if any)."""
     task = study_task.task
@@ -823,22 +840,18 @@ def run_sb3(study_task: StudyTask, config: Config, seed: int, checkpoint: Checkp
     if checkpoint is not None and checkpoint.state_file.exists():
         model, state = checkpoint.load(model, env)
         watcher.study_curve.restore(state)
-    async_eval: Any = (AsyncEval if config.async_eval == "lit_sb3" else ContribAsyncEval)(
-        [env_maker] * N_WORKERS, model.policy
-    )
-    vec_normalize = model.get_vec_normalize_env()
-    if vec_normalize is not None and watcher.study_curve.resumes:
-        # A new pool's workers start from the model's statistics, as after every round: sb3-contrib's ARS takes the
-        # count it synced last (old_count, saved with the model) off each worker's count when it merges them.
-        async_eval.sync_obs_rms(vec_normalize.obs_rms.copy())
-    try:
-        remaining = task.budget - model.num_timesteps
-        model.learn(remaining, callback=watcher, reset_num_timesteps=False, async_eval=async_eval)  # type: ignore[call-arg]
-        watcher.evaluate()
-    except ThresholdReachedError:
-        pass
-    finally:
-        async_eval.close()
+    with candidate_evaluator(config, env_maker, model.policy) as async_eval:
+        vec_normalize = model.get_vec_normalize_env()
+        if async_eval is not None and vec_normalize is not None and watcher.study_curve.resumes:
+            # A new pool's workers start from the model's statistics, as after every round: sb3-contrib's ARS takes
+            # the count it synced last (old_count, saved with the model) off each worker's count when it merges them.
+            async_eval.sync_obs_rms(vec_normalize.obs_rms.copy())
+        try:
+            remaining = task.budget - model.num_timesteps
+            model.learn(remaining, callback=watcher, reset_num_timesteps=False, async_eval=async_eval)  # type: ignore[call-arg]
+            watcher.evaluate()
+        except ThresholdReachedError:
+            pass
     if checkpoint is not None:
         checkpoint.save(model, watcher.study_curve.state())
     return watcher.study_curve
@@ -963,16 +976,11 @@ def throughput(task_name: str, config_name: str, steps: int) -> dict[str, Any]:
         config = CONFIGS[config_name]
         env_maker = config.env_maker(study_task)
         model = config.make_model(study_task, env_maker(), 0)
-        async_eval: Any = (AsyncEval if config.async_eval == "lit_sb3" else ContribAsyncEval)(
-            [env_maker] * N_WORKERS, model.policy
-        )
-        try:
+        with candidate_evaluator(config, env_maker, model.policy) as async_eval:
             began, cpu_began = time.perf_counter(), cpu.seconds()
             model.learn(steps, async_eval=async_eval)  # type: ignore[call-arg]
             seconds, cpu_seconds = time.perf_counter() - began, cpu.seconds() - cpu_began
             done = model.num_timesteps
-        finally:
-            async_eval.close()
     cpu.stop()
     return {
         "task": task_name,
@@ -1123,6 +1131,8 @@ LABELS = {
     "contrib-ars-lit": "sb3-contrib ARS + lit_sb3 AsyncEval",
     "contrib-ars-own": "sb3-contrib ARS + its AsyncEval",
     "contrib-ars-zoo": "sb3-contrib ARS, rl-zoo's ars.yml, + lit_sb3 AsyncEval",
+    "contrib-ars-zoo-own": "sb3-contrib ARS, rl-zoo's ars.yml, + its AsyncEval",
+    "contrib-ars-zoo-in-process": "sb3-contrib ARS, rl-zoo's ars.yml, in one process (as rl-zoo runs it)",
     "ars-zoo": "lit_sb3 ARS, rl-zoo's ars.yml",
     "ars-contrib-merge": "lit_sb3 ARS, sb3-contrib's merge",
     "ars-inertia-3": "lit_sb3 ARS, merged statistics weigh 3x",
