@@ -1,6 +1,7 @@
 """Learning study: many seeds per configuration, one run per process, every run appended to a JSON-lines log.
 
-Each run trains one (task, configuration, seed) on 2 workers until the task's threshold or its step budget and
+Each run trains one (task, configuration, seed) on 2 workers (or, as rl-zoo runs sb3-contrib's ARS with its
+``n_envs: 1``, in its own process: ``contrib-ars-zoo-in-process``) until the task's threshold or its step budget and
 logs its evaluation curve: env steps, training wall time, mean return of 10 deterministic episodes of the centre
 policy, and training CPU-seconds. The centre is evaluated at round starts (at least ``eval_interval`` env steps
 apart) on the same 10 reset seeds every time; neither its wall time nor its CPU time is counted. A run also logs the

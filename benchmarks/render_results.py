@@ -167,16 +167,27 @@ def steps_or_inf(figure: Any) -> float:
     return float(median) if isinstance(median, (int, float)) else float("inf")
 
 
-def rank(candidate: dict[str, Any]) -> tuple[bool, float, float, float]:
+def time_to_threshold(candidate: dict[str, Any]) -> float:
+    """:return: A configuration's median wall time to the threshold: its env steps at the training rate measured
+    alone where there is one, else in the study; infinite when not reached."""
+    alone = candidate.get("wall_at_rate") is not None
+    return steps_or_inf(candidate["wall_at_rate" if alone else "wall_to_threshold"])
+
+
+def rank(candidate: dict[str, Any], by_time: bool = False) -> tuple[bool, float, float, float]:
     """
     :param candidate: A row of a learning study's table.
+    :param by_time: Whether to rank by the wall time to the threshold (:func:`time_to_threshold`) instead of the
+        env steps.
     :return: Its sort key: the reliable configurations first (at least 3 seeds run and 4 in 5 of them at the
-        threshold), then by the median env steps to the threshold, the share of seeds at the threshold and the median
-        return at the end of their runs (a configuration run longer may come first: it is the best policy found).
+        threshold), then by the median env steps (or wall time) to the threshold, the share of seeds at the threshold
+        and the median return at the end of their runs (a configuration run longer may come first: it is the best
+        policy found).
     """
     reached, seeds = (int(part) for part in candidate["reached"].split("/"))
     reliable = seeds >= 3 and reached >= 0.8 * seeds
-    return not reliable, steps_or_inf(candidate["steps_to_threshold"]), -reached / seeds, -candidate["final_return"]
+    cost = time_to_threshold(candidate) if by_time else steps_or_inf(candidate["steps_to_threshold"])
+    return not reliable, cost, -reached / seeds, -candidate["final_return"]
 
 
 def ending(candidate: dict[str, Any]) -> str:
@@ -184,16 +195,17 @@ def ending(candidate: dict[str, Any]) -> str:
     return f"{candidate['final_return']:,} at {candidate['budget']} steps"
 
 
-def families(rows: list[dict[str, Any]], prefix: str) -> dict[str, list[dict[str, Any]]]:
+def families(rows: list[dict[str, Any]], prefix: str, by_time: bool = False) -> dict[str, list[dict[str, Any]]]:
     """
     :param rows: The rows of a learning study's table.
+    :param by_time: Whether to rank by wall time (see :func:`rank`).
     :return: Those whose configuration starts with ``prefix``, by task, best first (:func:`rank`).
     """
     by_task: dict[str, list[dict[str, Any]]] = {}
     for candidate in rows:
         if candidate["configuration"].startswith(prefix):
             by_task.setdefault(candidate["task"], []).append(candidate)
-    return {task: sorted(candidates, key=rank) for task, candidates in by_task.items()}
+    return {task: sorted(candidates, key=lambda row: rank(row, by_time)) for task, candidates in by_task.items()}
 
 
 def choices(result: Result) -> Table:
@@ -224,17 +236,19 @@ RIVALS = {
 
 def versus(result: Result) -> Table:
     """
-    :return: Per task of a learning study, lit_sb3's choice (:func:`choices`) beside EvoTorch's best configuration
-        and sb3-contrib's ARS by the same rank: seeds at the threshold, median env steps and wall time to it (or the
-        median return at the end of the runs), and the ratios of lit_sb3's median time to the threshold to theirs
-        (see :func:`time_ratios`).
+    :return: Per task of a learning study, lit_sb3's choice (:func:`choices`) beside each rival's fastest
+        configuration on its own code (by :func:`rank` with wall time: a rival's algorithm on lit_sb3's AsyncEval is
+        lit_sb3's way of running it): seeds at the threshold, median env steps and wall time to it (or the median
+        return at the end of the runs), and the ratios of lit_sb3's median time to the threshold to theirs (see
+        :func:`time_ratios`).
     """
     columns = [Column("task", "task"), Column("lit_sb3", "lit_sb3's choice")]
     for key, (name, title) in RIVALS.items():
         columns += [Column(key, title), Column(f"{key}_ratio", f"/ {name.split()[0]}: time to threshold")]
     table = Table(columns)
     rows = result.tables["learning_study"].rows
-    rivals = {key: families(rows, prefix) for key, (prefix, _) in RIVALS.items()}
+    their_own = [candidate for candidate in rows if "lit_sb3" not in candidate["configuration"]]
+    rivals = {key: families(their_own, prefix, by_time=True) for key, (prefix, _) in RIVALS.items()}
     for task, (ours, *_) in families(rows, "lit_sb3").items():
         row = {"task": task, "lit_sb3": summary(ours, named=True)}
         for key in RIVALS:
@@ -256,9 +270,9 @@ def summary(candidate: dict[str, Any], named: bool) -> str:
     reached = f"{candidate['reached']}, {ending(candidate)}"
     if steps != float("inf"):
         alone = candidate.get("wall_at_rate") is not None
-        wall = steps_or_inf(candidate["wall_at_rate" if alone else "wall_to_threshold"])
         reached = (
-            f"{candidate['reached']}, {steps / 1e6:.3g}M steps, {wall:,.0f} s{' alone' if alone else ' in the study'}"
+            f"{candidate['reached']}, {steps / 1e6:.3g}M steps, {time_to_threshold(candidate):,.0f} s"
+            f"{' alone' if alone else ' in the study'}"
         )
     return f"{name}: {reached}" if named else reached
 
