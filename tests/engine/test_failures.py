@@ -96,7 +96,9 @@ def test_an_env_exception_in_a_worker_stops_the_run_and_is_raised_with_the_worke
     marker = tmp_path / "failed-at"
     group = EnvGroup([partial(FailingCartPole, fail_at=300, marker=str(marker))], backend=backend)
     model = PPO("MlpPolicy", group.env, n_steps=16, batch_size=16, n_epochs=1)
-    config = EngineConfig(total_env_steps=10**6, verbose=False, log_formats=())
+    # A lag bound of 2 leaves one episode in flight a worker (see InFlightBudget): the failing episode began before
+    # at most 2 more train steps could start, whatever the load.
+    config = EngineConfig(total_env_steps=10**6, max_policy_lag=2, verbose=False, log_formats=())
     engine = TrainStepClock(config, group, PolicyGroup(model), DataBuffer.for_algorithm(model))
     with pytest.raises(WorkerError, match="the environment broke on purpose") as caught:
         engine.run()
