@@ -952,8 +952,9 @@ def run_evotorch(study_task: StudyTask, config: EvoTorchConfig, seed: int, check
 
 def throughput(task_name: str, config_name: str, steps: int) -> dict[str, Any]:
     """
-    Training env steps per second and CPU-seconds on :data:`N_WORKERS` workers (EvoTorch's: actors), without
-    evaluations, from the start of training (pool or actors up) to ``steps`` env steps, seed 0.
+    Training env steps per second and CPU-seconds on :data:`N_WORKERS` workers (EvoTorch's: actors; in the training
+    process where the configuration says so), without evaluations, from the start of training (pool or actors up) to
+    ``steps`` env steps, seed 0.
     """
     study_task = TASKS[task_name]
     cpu = ProcessTreeCpu()
