@@ -420,6 +420,7 @@ CONFIGS: dict[str, Config] = {
     "xnes": Config(xnes),
     "snes-no-alive-bonus": Config(without_alive_bonus(snes)),
     "xnes-no-alive-bonus": Config(without_alive_bonus(xnes)),
+    "xnes-bias-no-alive-bonus": Config(without_alive_bonus(functools.partial(xnes, policy_kwargs={"with_bias": True}))),
     "cmaes-no-alive-bonus": Config(without_alive_bonus(cmaes)),
     "cmaes-separable": Config(functools.partial(cmaes, cma_options={"CMA_diagonal": True})),
 }
@@ -1154,6 +1155,7 @@ LABELS = {
     "xnes": "lit_sb3 XNES",
     "snes-no-alive-bonus": "lit_sb3 SNES, alive bonus removed",
     "xnes-no-alive-bonus": "lit_sb3 XNES, alive bonus removed",
+    "xnes-bias-no-alive-bonus": "lit_sb3 XNES, linear policy with bias (as EvoTorch's), alive bonus removed",
     "cmaes-no-alive-bonus": "lit_sb3 CMAES, alive bonus removed",
     "cmaes-separable": "lit_sb3 CMAES, separable (diagonal covariance)",
     "evotorch-pgpe": "EvoTorch 0.6.1 PGPE + ClipUp (its MuJoCo recipe), GymNE 2 actors",
