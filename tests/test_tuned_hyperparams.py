@@ -62,6 +62,12 @@ def learning_study() -> Iterator[ModuleType]:
         del sys.modules["learning_study"]
 
 
+@pytest.fixture(scope="module")
+def study_runs(learning_study: ModuleType) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """The MuJoCo study's records by (task, configuration)."""
+    return learning_study.group_records(learning_study.read_records(str(BENCHMARKS / "study_runs" / "runs.jsonl")))
+
+
 def test_every_shipped_entry_is_named_here() -> None:
     shipped = {(path.stem, env_id) for path in TUNED_FOLDER.glob("*.yml") for env_id in tuned_env_ids(path.stem)}
     assert shipped == set(STUDY_CONFIGURATIONS)
@@ -70,7 +76,11 @@ def test_every_shipped_entry_is_named_here() -> None:
 
 @pytest.mark.parametrize(("algo_name", "env_id"), sorted(STUDY_CONFIGURATIONS))
 def test_a_shipped_entry_is_what_the_study_ran(
-    algo_name: str, env_id: str, learning_study: ModuleType, monkeypatch: pytest.MonkeyPatch
+    algo_name: str,
+    env_id: str,
+    learning_study: ModuleType,
+    study_runs: dict[tuple[str, str], list[dict[str, Any]]],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     study = learning_study
     built: dict[str, Any] = {}
@@ -89,8 +99,7 @@ def test_a_shipped_entry_is_what_the_study_ran(
     normalized = configuration.normalize if configuration.normalize is not None else task.task.normalize
     assert entry.normalize_kwargs == ({"norm_obs": True, "norm_reward": False} if normalized else None)
     # The task's budget, or a larger one a seed of the configuration was run on to in the MuJoCo study's records.
-    runs = study.group_records(study.read_records(str(BENCHMARKS / "study_runs" / "runs.jsonl")))
-    ran = runs.get((STUDY_TASKS[env_id], STUDY_CONFIGURATIONS[algo_name, env_id]), [])
+    ran = study_runs.get((STUDY_TASKS[env_id], STUDY_CONFIGURATIONS[algo_name, env_id]), [])
     assert entry.n_timesteps is not None
     assert entry.n_timesteps <= max([task.task.budget, *(record["budget"] for record in ran)])
 
