@@ -371,8 +371,8 @@ def snes(task: StudyTask, env: VecEnv, seed: int, **changes: Any) -> BaseAlgorit
 
 
 def xnes(task: StudyTask, env: VecEnv, seed: int, **changes: Any) -> BaseAlgorithm:
-    """XNES from zero, ``stdev_init=0.1``, the paper's population size and learning rates."""
-    return XNES("LinearPolicy", env, seed=seed, stdev_init=0.1, **changes)
+    """XNES from zero, ``stdev_init=0.1`` unless changed, the paper's population size and learning rates."""
+    return XNES("LinearPolicy", env, seed=seed, **{"stdev_init": 0.1, **changes})
 
 
 def cmaes(task: StudyTask, env: VecEnv, seed: int, **changes: Any) -> BaseAlgorithm:
@@ -421,6 +421,9 @@ CONFIGS: dict[str, Config] = {
     "snes-no-alive-bonus": Config(without_alive_bonus(snes)),
     "xnes-no-alive-bonus": Config(without_alive_bonus(xnes)),
     "xnes-bias-no-alive-bonus": Config(without_alive_bonus(functools.partial(xnes, policy_kwargs={"with_bias": True}))),
+    "xnes-bias-stdev-0.05-no-alive-bonus": Config(
+        without_alive_bonus(functools.partial(xnes, policy_kwargs={"with_bias": True}, stdev_init=0.05))
+    ),
     "cmaes-no-alive-bonus": Config(without_alive_bonus(cmaes)),
     "cmaes-separable": Config(functools.partial(cmaes, cma_options={"CMA_diagonal": True})),
 }
@@ -1156,6 +1159,9 @@ LABELS = {
     "snes-no-alive-bonus": "lit_sb3 SNES, alive bonus removed",
     "xnes-no-alive-bonus": "lit_sb3 XNES, alive bonus removed",
     "xnes-bias-no-alive-bonus": "lit_sb3 XNES, linear policy with bias (as EvoTorch's), alive bonus removed",
+    "xnes-bias-stdev-0.05-no-alive-bonus": (
+        "lit_sb3 XNES, linear policy with bias, stdev_init 0.05, alive bonus removed"
+    ),
     "cmaes-no-alive-bonus": "lit_sb3 CMAES, alive bonus removed",
     "cmaes-separable": "lit_sb3 CMAES, separable (diagonal covariance)",
     "evotorch-pgpe": "EvoTorch 0.6.1 PGPE + ClipUp (its MuJoCo recipe), GymNE 2 actors",
