@@ -30,7 +30,7 @@ STUDY_CONFIGURATIONS = {
     ("snes", "HalfCheetah-v5"): "snes",
     ("snes", "Swimmer-v5"): "snes-stdev-1",
     ("xnes", "Swimmer-v5"): "xnes",
-    ("xnes", "Hopper-v5"): "xnes-bias-no-alive-bonus",
+    ("xnes", "Hopper-v5"): "xnes-bias-stdev-0.05-no-alive-bonus",
     ("cem", "Swimmer-v5"): "cem",
     ("es", "HalfCheetah-v5"): "es",
     ("es", "Swimmer-v5"): "es",
