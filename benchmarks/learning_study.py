@@ -375,6 +375,10 @@ def xnes(task: StudyTask, env: VecEnv, seed: int, **changes: Any) -> BaseAlgorit
     return XNES("LinearPolicy", env, seed=seed, **{"stdev_init": 0.1, **changes})
 
 
+#: XNES on a linear policy with a bias (EvoTorch's ``Linear`` has one).
+xnes_with_bias = functools.partial(xnes, policy_kwargs={"with_bias": True})
+
+
 def cmaes(task: StudyTask, env: VecEnv, seed: int, **changes: Any) -> BaseAlgorithm:
     return CMAES("LinearPolicy", env, seed=seed, zero_policy=True, sigma0=0.1, pop_size=32, **changes)
 
@@ -420,9 +424,9 @@ CONFIGS: dict[str, Config] = {
     "xnes": Config(xnes),
     "snes-no-alive-bonus": Config(without_alive_bonus(snes)),
     "xnes-no-alive-bonus": Config(without_alive_bonus(xnes)),
-    "xnes-bias-no-alive-bonus": Config(without_alive_bonus(functools.partial(xnes, policy_kwargs={"with_bias": True}))),
+    "xnes-bias-no-alive-bonus": Config(without_alive_bonus(xnes_with_bias)),
     "xnes-bias-stdev-0.05-no-alive-bonus": Config(
-        without_alive_bonus(functools.partial(xnes, policy_kwargs={"with_bias": True}, stdev_init=0.05))
+        without_alive_bonus(functools.partial(xnes_with_bias, stdev_init=0.05))
     ),
     "cmaes-no-alive-bonus": Config(without_alive_bonus(cmaes)),
     "cmaes-separable": Config(functools.partial(cmaes, cma_options={"CMA_diagonal": True})),
