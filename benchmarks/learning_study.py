@@ -1220,7 +1220,9 @@ def study_table(records: list[dict[str, Any]], rates: dict[tuple[str, str], floa
     :return: One row per (task, configuration): seeds that reached the threshold, the quartiles of their env steps,
         wall time and CPU-seconds to it (runs without a CPU measure left out of that column), the median return at
         the task's fixed budget and at the end of the runs, and the wall time the steps would take at the
-        configuration's rate.
+        configuration's rate. Rows also hold, not shown, the medians over seeds of the env steps and the wall time
+        in the study to the threshold or, where it was not reached, to the end of the run (``steps_at_least``,
+        ``wall_at_least``: lower bounds of the medians to the threshold).
     """
     table = Table(STUDY_COLUMNS)
     for (task_name, config_name), group in group_records(records).items():
@@ -1231,6 +1233,9 @@ def study_table(records: list[dict[str, Any]], rates: dict[tuple[str, str], floa
             np.inf if r["cpu_to_threshold"] is None else r["cpu_to_threshold"] for r in group if "cpu_to_threshold" in r
         ]
         fixed_returns = [value for r in group if (value := return_at(r["curve"], fixed)) is not None]
+        ends = [r["curve"][-1] for r in group]
+        steps_at_least = [min(value, end[0]) for value, end in zip(steps, ends, strict=True)]
+        wall_at_least = [min(value, end[1]) for value, end in zip(times, ends, strict=True)]
         rate = rates.get((task_name, config_name))
         table.rows.append(
             {
@@ -1247,6 +1252,8 @@ def study_table(records: list[dict[str, Any]], rates: dict[tuple[str, str], floa
                 "final_return": round(statistics.median(r["curve"][-1][2] for r in group)),
                 "train_rate_alone": rate,
                 "wall_at_rate": None if rate is None else quartile_figures([value / rate for value in steps]),
+                "steps_at_least": statistics.median(steps_at_least),
+                "wall_at_least": round(statistics.median(wall_at_least)),
             }
         )
     return table

@@ -252,9 +252,9 @@ def versus(result: Result) -> Table:
     for task, (ours, *_) in families(rows, "lit_sb3").items():
         row = {"task": task, "lit_sb3": summary(ours, named=True)}
         for key in RIVALS:
-            theirs = rivals[key].get(task, [None])[0]
-            row[key] = "not run" if theirs is None else summary(theirs, named=key != "contrib")
-            row[f"{key}_ratio"] = "-" if theirs is None else time_ratios(ours, theirs)
+            theirs = rivals[key].get(task, [])
+            row[key] = summary(theirs[0], named=key != "contrib") if theirs else "not run"
+            row[f"{key}_ratio"] = time_ratios(ours, theirs) if theirs else "-"
         table.rows.append(row)
     return table
 
@@ -281,15 +281,18 @@ def summary(candidate: dict[str, Any], named: bool) -> str:
 STUDY_CLOCKS = {"wall_to_threshold": "wall in the study", "cpu_to_threshold": "CPU in the study"}
 
 
-def time_ratios(ours: dict[str, Any], theirs: dict[str, Any]) -> str:
+def time_ratios(ours: dict[str, Any], candidates: list[dict[str, Any]]) -> str:
     """
-    :return: Our median wall time to the threshold over theirs at the training rates measured alone where both have
-        one, else on the study's clocks (wall time and CPU-seconds, beside other work); "-" where ours is not reached.
+    :param candidates: A rival's configurations for the task, best first.
+    :return: Our median wall time to the threshold over their best's at the training rates measured alone where both
+        have one, else on the study's clocks (wall time and CPU-seconds, beside other work); "-" where ours is not
+        reached; a bound where theirs is not (:func:`ratio_bound`).
     """
     if steps_or_inf(ours["steps_to_threshold"]) == float("inf"):
         return "-"
+    theirs = candidates[0]
     if steps_or_inf(theirs["steps_to_threshold"]) == float("inf"):
-        return "only ours reached"
+        return ratio_bound(ours, candidates)
     ratios = {}
     for column in ("wall_at_rate", *STUDY_CLOCKS):
         mine, other = steps_or_inf(ours.get(column)), steps_or_inf(theirs.get(column))
@@ -298,6 +301,26 @@ def time_ratios(ours: dict[str, Any], theirs: dict[str, Any]) -> str:
     if "wall_at_rate" in ratios:
         return f"{ratios['wall_at_rate']} alone"
     return ", ".join(f"{ratios[column]} {clock}" for column, clock in STUDY_CLOCKS.items() if column in ratios)
+
+
+def ratio_bound(ours: dict[str, Any], candidates: list[dict[str, Any]]) -> str:
+    """
+    :param candidates: A rival's configurations for the task, none with its median at the threshold.
+    :return: A bound of the ratio: the largest of our median wall time to the threshold over the median of a
+        configuration's runs' times to the threshold or to their end (at the training rates measured alone where
+        both have one, else in the study); "only ours reached" where a row has no such median.
+    """
+    bounds = []
+    for theirs in candidates:
+        if theirs.get("steps_at_least") is None:
+            return "only ours reached"
+        if ours.get("wall_at_rate") is not None and theirs.get("train_rate_alone") is not None:
+            their_time = theirs["steps_at_least"] / theirs["train_rate_alone"]
+            bounds.append((steps_or_inf(ours["wall_at_rate"]) / their_time, "alone"))
+        else:
+            bounds.append((steps_or_inf(ours["wall_to_threshold"]) / theirs["wall_at_least"], "wall in the study"))
+    bound, clock = max(bounds)
+    return f"< {bound:.2f} {clock} (only ours reached)"
 
 
 #: Tables computed from a result's tables, by the name a marker gives them.

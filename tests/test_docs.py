@@ -306,8 +306,20 @@ def test_the_side_by_side_sets_our_choice_against_each_rivals_best() -> None:
     assert side_by_side["evotorch_ratio"] == "0.25 wall in the study, 0.50 CPU in the study"
     assert side_by_side["contrib"] == "0/2, 3,000 at 3M steps"
     assert side_by_side["contrib_ratio"] == "only ours reached"
+    # Their runs' lengths bound the ratio where they did not reach the threshold.
+    rows[4] |= {"steps_at_least": 3_000_000, "wall_at_least": 400}
+    (side_by_side,) = render_results().versus(result).rows  # type: ignore[attr-defined]
+    assert side_by_side["contrib_ratio"] == "< 0.25 wall in the study (only ours reached)"
     # With training rates measured alone for both, times are the env steps at those rates.
     rows[0]["wall_at_rate"], rows[1]["wall_at_rate"] = [60, 50, 70], [300, 250, 350]
     (side_by_side,) = render_results().versus(result).rows  # type: ignore[attr-defined]
     assert side_by_side["lit_sb3"] == "ARS: 4/5, 1M steps, 60 s alone"
     assert side_by_side["evotorch_ratio"] == "0.20 alone"
+    rows[4]["train_rate_alone"] = 10_000.0  # 3M steps: 300 s alone
+    (side_by_side,) = render_results().versus(result).rows  # type: ignore[attr-defined]
+    assert side_by_side["contrib_ratio"] == "< 0.20 alone (only ours reached)"
+    # Of several configurations none of which reached it, the one that ran the shortest bounds the ratio.
+    rows.append(study_row("sb3-contrib ARS, rl-zoo's ars.yml, + its AsyncEval", "0/1", "n/r", "n/r", "n/r"))
+    rows[-1] |= {"configuration": "sb3-contrib ARS, n_envs 8", "steps_at_least": 1_000_000, "wall_at_least": 150}
+    (side_by_side,) = render_results().versus(result).rows  # type: ignore[attr-defined]
+    assert side_by_side["contrib_ratio"] == "< 0.67 wall in the study (only ours reached)"
