@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import pathlib
 import sys
 from collections.abc import Iterator
@@ -47,25 +47,20 @@ STUDY_TASKS = {
 
 
 @pytest.fixture(scope="module")
-def learning_study() -> Iterator[ModuleType]:
-    """The study script as a module (registered while it runs: its dataclasses look their module up)."""
-    sys.path.insert(0, str(BENCHMARKS))  # the study imports its sibling module learning.py
-    spec = importlib.util.spec_from_file_location("learning_study", BENCHMARKS / "learning_study.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["learning_study"] = module
+def study_setup() -> Iterator[ModuleType]:
+    """The study's tasks and configurations (``benchmarks/study_setup.py``), imported for these tests."""
+    sys.path.insert(0, str(BENCHMARKS))  # the study's modules import their siblings
     try:
-        spec.loader.exec_module(module)
-        yield module
+        yield importlib.import_module("study_setup")
     finally:
         sys.path.remove(str(BENCHMARKS))
-        del sys.modules["learning_study"]
 
 
 @pytest.fixture(scope="module")
-def study_runs(learning_study: ModuleType) -> dict[tuple[str, str], list[dict[str, Any]]]:
+def study_runs(study_setup: ModuleType) -> dict[tuple[str, str], list[dict[str, Any]]]:
     """The MuJoCo study's records by (task, configuration)."""
-    return learning_study.group_records(learning_study.read_records(str(BENCHMARKS / "study_runs" / "runs.jsonl")))
+    report = importlib.import_module("study_report")
+    return report.group_records(report.read_records(str(BENCHMARKS / "study_runs" / "runs.jsonl")))
 
 
 def test_every_shipped_entry_is_named_here() -> None:
@@ -78,11 +73,11 @@ def test_every_shipped_entry_is_named_here() -> None:
 def test_a_shipped_entry_is_what_the_study_ran(
     algo_name: str,
     env_id: str,
-    learning_study: ModuleType,
+    study_setup: ModuleType,
     study_runs: dict[tuple[str, str], list[dict[str, Any]]],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    study = learning_study
+    study = study_setup
     built: dict[str, Any] = {}
 
     def record(name: str) -> Any:
