@@ -133,10 +133,10 @@ def study_table(records: list[dict[str, Any]], rates: dict[tuple[str, str], floa
 
 def without_double_counts(record: dict[str, Any], cpus: int) -> tuple[dict[str, Any], int]:
     """
-    Take out of a run's CPU-seconds what runs measured before :class:`ProcessTreeCpu` told processes apart by their
-    start since boot counted twice: a step of the wall clock made every descendant process look new, and the clock
-    jumped by their CPU-seconds so far. Where CPU-seconds rose between two points of the curve faster than ``cpus``
-    cores can (with 10% and 30 s to spare), the rise becomes the run's rate elsewhere times the wall time.
+    Take out of a run's CPU-seconds what runs measured before :class:`study_run.ProcessTreeCpu` told processes apart
+    by their start since boot counted twice: a step of the wall clock made every descendant process look new, and the
+    clock jumped by their CPU-seconds so far. Where CPU-seconds rose between two points of the curve faster than
+    ``cpus`` cores can (with 10% and 30 s to spare), the rise becomes the run's rate elsewhere times the wall time.
 
     :param record: A run, as logged.
     :param cpus: The cores of the machine the run ran on.
