@@ -122,7 +122,7 @@ class StudyCurve:
         self._started_at = self._cpu_at_start = 0.0
         self._eval_time = self._eval_cpu = 0.0
         self._last_steps: int | None = None
-        self._elapsed_before = (0.0, 0.0)  # wall time and CPU-seconds of the sessions before a resume
+        self._elapsed_before = (0.0, 0.0)  # wall time and CPU-seconds of the process runs before a resume
         self.resumes = 0  # how many times the run went on from a checkpoint
 
     def start(self) -> None:
@@ -245,8 +245,8 @@ CHECKPOINT_INTERVAL = 600.0  # seconds
 @dataclass(frozen=True)
 class Checkpoint:
     """
-    Where a run saves itself between two rounds, so that a run killed with its session goes on from there in the
-    next one: a Stable-Baselines3 model with ``save()`` (and its ``VecNormalize`` statistics), an EvoTorch searcher
+    Where a run saves itself between two rounds, so that a run whose processes are killed goes on from there when
+    started again: a Stable-Baselines3 model with ``save()`` (and its ``VecNormalize`` statistics), an EvoTorch searcher
     pickled (its problem with it: observation statistics and counters, not its Ray actors, which its next step
     starts again); then the global random generators' states, and last the curve and clocks (``state.json``: a
     checkpoint is whole once that file is there). A resumed run of ours repeats the uninterrupted one; those of
