@@ -415,9 +415,9 @@ LABELS = {
     "cem": "lit_sb3 CEM",
     "pgpe": "lit_sb3 PGPE + ClipUp (EvoTorch's MuJoCo recipe)",
     "pgpe-variance-floor": "lit_sb3 PGPE + ClipUp, observations normalised with variance + 0.01, no clip",
-    "pgpe-speed-2x": "lit_sb3 PGPE + ClipUp, 2x the recipe's max_speed and centre learning rate",
-    "pgpe-speed-3x": "lit_sb3 PGPE + ClipUp, 3x the recipe's max_speed and centre learning rate",
-    "pgpe-speed-4x": "lit_sb3 PGPE + ClipUp, 4x the recipe's max_speed and centre learning rate",
+    "pgpe-speed-2x": "lit_sb3 PGPE + ClipUp, 2x the recipe's ClipUp speed (max_speed, centre learning rate)",
+    "pgpe-speed-3x": "lit_sb3 PGPE + ClipUp, 3x the recipe's ClipUp speed (max_speed, centre learning rate)",
+    "pgpe-speed-4x": "lit_sb3 PGPE + ClipUp, 4x the recipe's ClipUp speed (max_speed, centre learning rate)",
     "snes": "lit_sb3 SNES",
     "snes-stdev-1": "lit_sb3 SNES, stdev_init 1.0",
     "xnes": "lit_sb3 XNES",
@@ -431,7 +431,7 @@ LABELS = {
     "cmaes-separable": "lit_sb3 CMAES, separable (diagonal covariance)",
     "evotorch-pgpe": "EvoTorch 0.6.1 PGPE + ClipUp (its MuJoCo recipe), GymNE 2 actors",
     "evotorch-pgpe-speed-3x": (
-        "EvoTorch 0.6.1 PGPE + ClipUp, 3x the recipe's max_speed and centre learning rate, GymNE 2 actors"
+        "EvoTorch 0.6.1 PGPE + ClipUp, 3x the recipe's ClipUp speed (max_speed, centre learning rate), GymNE 2 actors"
     ),
     "evotorch-cmaes": "EvoTorch 0.6.1 CMA-ES, GymNE 2 actors",
     "evotorch-snes": "EvoTorch 0.6.1 SNES, GymNE 2 actors",
