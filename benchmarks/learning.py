@@ -118,6 +118,20 @@ def make_env(env_id: str, normalize: bool, training: bool = True) -> VecEnv:
     return env
 
 
+def policy_return(model: BaseAlgorithm, eval_env: VecEnv, evaluator: InProcessEval) -> float:
+    """
+    :param eval_env: The environment ``evaluator`` runs, given the training environment's normalisation statistics.
+    :return: The mean return of the model's policy over the evaluator's episodes, on the same reset seeds every time.
+    """
+    training_env = model.get_env()
+    assert training_env is not None
+    sync_envs_normalization(training_env, eval_env)
+    evaluator.seed(EVAL_SEED)
+    evaluator.send_jobs(model.policy.parameters_to_vector()[None], 1)
+    ((_, (episode_returns, _)),) = evaluator.get_results()
+    return float(np.mean(episode_returns))
+
+
 class ThresholdWatcher(BaseCallback):
     """
     Evaluates the policy at round starts (and at the end), excluding that time from the wall time.
@@ -152,13 +166,7 @@ class ThresholdWatcher(BaseCallback):
         assert self._evaluator is not None
         now = time.perf_counter()
         wall_time = now - self._started_at - self._eval_time
-        training_env = self.model.get_env()
-        assert training_env is not None
-        sync_envs_normalization(training_env, self.eval_env)
-        self._evaluator.seed(EVAL_SEED)
-        self._evaluator.send_jobs(self.model.policy.parameters_to_vector()[None], 1)
-        ((_, (episode_returns, _)),) = self._evaluator.get_results()
-        mean_return = float(np.mean(episode_returns))
+        mean_return = policy_return(self.model, self.eval_env, self._evaluator)
         self._eval_time += time.perf_counter() - now
         self._last_eval_steps = self.num_timesteps
         self.result.curve.append((self.num_timesteps, wall_time, mean_return))

@@ -22,11 +22,11 @@ import gymnasium as gym
 import numpy as np
 import psutil
 import torch
-from learning import EVAL_SEED, N_EVAL_EPISODES, ThresholdReachedError
+from learning import EVAL_SEED, N_EVAL_EPISODES, ThresholdReachedError, policy_return
 from sb3_contrib.common.vec_env import AsyncEval as ContribAsyncEval
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import BaseCallback
-from stable_baselines3.common.vec_env import VecEnv, VecNormalize, sync_envs_normalization
+from stable_baselines3.common.vec_env import VecEnv, VecNormalize
 from study_setup import CONFIGS, EVOTORCH_CONFIGS, N_WORKERS, STUDY_PACKAGES, TASKS, Config, EvoTorchConfig, StudyTask
 
 from lit_sb3 import AsyncEval
@@ -230,13 +230,7 @@ class StudyWatcher(BaseCallback):
 
     def _centre_return(self) -> float:
         assert self._evaluator is not None
-        training_env = self.model.get_env()
-        assert training_env is not None
-        sync_envs_normalization(training_env, self.eval_env)
-        self._evaluator.seed(EVAL_SEED)
-        self._evaluator.send_jobs(self.model.policy.parameters_to_vector()[None], 1)
-        ((_, (episode_returns, _)),) = self._evaluator.get_results()
-        return float(np.mean(episode_returns))
+        return policy_return(self.model, self.eval_env, self._evaluator)
 
 
 CHECKPOINT_INTERVAL = 600.0  # seconds
