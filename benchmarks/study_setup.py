@@ -329,6 +329,9 @@ CONFIGS: dict[str, Config] = {
     "pgpe-speed-2x": Config(functools.partial(pgpe, speed_factor=2.0), normalize=True),
     "pgpe-speed-3x": Config(functools.partial(pgpe, speed_factor=3.0), normalize=True),
     "pgpe-speed-4x": Config(functools.partial(pgpe, speed_factor=4.0), normalize=True),
+    "pgpe-speed-3x-variance-floor": Config(
+        functools.partial(pgpe, speed_factor=3.0), normalize=True, clip_obs=1e6, obs_epsilon=1e-2
+    ),
     "snes": Config(snes),
     "snes-stdev-1": Config(functools.partial(snes, stdev_init=1.0)),
     "xnes": Config(xnes),
@@ -418,6 +421,7 @@ LABELS = {
     "pgpe-speed-2x": "lit_sb3 PGPE + ClipUp, 2x the recipe's ClipUp speed (max_speed, centre learning rate)",
     "pgpe-speed-3x": "lit_sb3 PGPE + ClipUp, 3x the recipe's ClipUp speed (max_speed, centre learning rate)",
     "pgpe-speed-4x": "lit_sb3 PGPE + ClipUp, 4x the recipe's ClipUp speed (max_speed, centre learning rate)",
+    "pgpe-speed-3x-variance-floor": "lit_sb3 PGPE + ClipUp, 3x the recipe's ClipUp speed, variance + 0.01, no clip",
     "snes": "lit_sb3 SNES",
     "snes-stdev-1": "lit_sb3 SNES, stdev_init 1.0",
     "xnes": "lit_sb3 XNES",
