@@ -307,6 +307,9 @@ def cem(task: StudyTask, env: VecEnv, seed: int) -> BaseAlgorithm:
     return CEM("LinearPolicy", env, seed=seed, zero_policy=True, pop_size=32, initial_std=0.1)
 
 
+#: EvoTorch's way to normalise observations, near enough: 0.01 added to the variance (it floors it at 0.01), no clip.
+VARIANCE_FLOOR: dict[str, Any] = {"clip_obs": 1e6, "obs_epsilon": 1e-2}
+
 CONFIGS: dict[str, Config] = {
     "ars": Config(ours()),
     "contrib-ars-lit": Config(contrib, n_envs=1),
@@ -325,13 +328,11 @@ CONFIGS: dict[str, Config] = {
     "es": Config(es),
     "cem": Config(cem),
     "pgpe": Config(pgpe, normalize=True),
-    "pgpe-variance-floor": Config(pgpe, normalize=True, clip_obs=1e6, obs_epsilon=1e-2),
+    "pgpe-variance-floor": Config(pgpe, normalize=True, **VARIANCE_FLOOR),
     "pgpe-speed-2x": Config(functools.partial(pgpe, speed_factor=2.0), normalize=True),
     "pgpe-speed-3x": Config(functools.partial(pgpe, speed_factor=3.0), normalize=True),
     "pgpe-speed-4x": Config(functools.partial(pgpe, speed_factor=4.0), normalize=True),
-    "pgpe-speed-3x-variance-floor": Config(
-        functools.partial(pgpe, speed_factor=3.0), normalize=True, clip_obs=1e6, obs_epsilon=1e-2
-    ),
+    "pgpe-speed-3x-variance-floor": Config(functools.partial(pgpe, speed_factor=3.0), normalize=True, **VARIANCE_FLOOR),
     "snes": Config(snes),
     "snes-stdev-1": Config(functools.partial(snes, stdev_init=1.0)),
     "xnes": Config(xnes),
@@ -421,7 +422,9 @@ LABELS = {
     "pgpe-speed-2x": "lit_sb3 PGPE + ClipUp, 2x the recipe's ClipUp speed (max_speed, centre learning rate)",
     "pgpe-speed-3x": "lit_sb3 PGPE + ClipUp, 3x the recipe's ClipUp speed (max_speed, centre learning rate)",
     "pgpe-speed-4x": "lit_sb3 PGPE + ClipUp, 4x the recipe's ClipUp speed (max_speed, centre learning rate)",
-    "pgpe-speed-3x-variance-floor": "lit_sb3 PGPE + ClipUp, 3x the recipe's ClipUp speed, variance + 0.01, no clip",
+    "pgpe-speed-3x-variance-floor": (
+        "lit_sb3 PGPE + ClipUp, 3x the recipe's ClipUp speed, observations normalised with variance + 0.01, no clip"
+    ),
     "snes": "lit_sb3 SNES",
     "snes-stdev-1": "lit_sb3 SNES, stdev_init 1.0",
     "xnes": "lit_sb3 XNES",
