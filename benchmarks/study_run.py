@@ -4,7 +4,9 @@ configuration and of an environment alone."""
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
+import math
 import os
 import pickle
 import random
@@ -289,6 +291,14 @@ class Checkpoint:
         if isinstance(env, VecNormalize):
             env = VecNormalize.load(str(self.folder / "vec_normalize.pkl"), env.venv)
         loaded = type(model).load(self.folder / "model.zip", env=env)
+        for name in inspect.signature(type(model)).parameters:  # a checkpoint saved before an option existed
+            configured, saved = getattr(model, name, None), getattr(loaded, name, None)
+            if isinstance(configured, float) and isinstance(saved, float) and math.isclose(configured, saved):
+                continue
+            if isinstance(configured, int | float | str) and configured != saved:
+                raise ValueError(
+                    f"{self.folder}: the checkpoint has {name}={saved!r}, the configuration {configured!r}"
+                )
         return loaded, self._load_random_states_and_curve()
 
     def load_searcher(self) -> tuple[Any, dict[str, Any]]:

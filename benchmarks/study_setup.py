@@ -16,7 +16,6 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecNormalize
 
 from lit_sb3 import ARS, CEM, CMAES, ES, PGPE, SNES, XNES
 from lit_sb3.cli.common import POPULATION_N_ENVS
-from lit_sb3.evaluation.obs_rms import subtract_running_mean_std
 from lit_sb3.vec_env import CandidateEval
 
 N_WORKERS = 2
@@ -173,28 +172,6 @@ class ContribMergeARS(ARS):
         evaluator.sync_obs_rms(merged.copy())
 
 
-class InertialARS(ARS):
-    """
-    Our ARS whose normalisation weighs the statistics merged so far ``inertia`` times their count when a round's
-    observations are added (about what sb3-contrib's merge does with ``inertia - 1`` workers); exact ones kept.
-    """
-
-    inertia = 3.0
-
-    def _normalization_statistics(self, exact: RunningMeanStd, in_use: RunningMeanStd) -> RunningMeanStd:
-        previous = self._exact_obs_rms if self._exact_obs_rms is not None else in_use
-        new_data = subtract_running_mean_std(exact, previous)
-        weighted = in_use.copy()
-        weighted.count *= self.inertia
-        weighted.combine(new_data)
-        weighted.count = in_use.count + new_data.count
-        return weighted
-
-
-def inertial(task: StudyTask, env: VecEnv, seed: int) -> BaseAlgorithm:
-    return InertialARS("LinearPolicy", env, seed=seed, **task.ars)
-
-
 @dataclass(frozen=True)
 class Config:
     """
@@ -323,7 +300,7 @@ CONFIGS: dict[str, Config] = {
     "ars-no-clip": Config(ours(), clip_obs=1e6),
     "ars-update-every-3": Config(ours(normalization_update_interval=3)),
     "ars-update-every-10": Config(ours(normalization_update_interval=10)),
-    "ars-inertia-3": Config(inertial),
+    "ars-inertia-3": Config(ours(normalization_inertia=3.0)),
     "cmaes": Config(cmaes),
     "es": Config(es),
     "cem": Config(cem),
@@ -409,7 +386,7 @@ LABELS = {
     "contrib-ars-zoo-in-process": "sb3-contrib ARS, rl-zoo's ars.yml, in one process (as rl-zoo runs it)",
     "ars-zoo": "lit_sb3 ARS, rl-zoo's ars.yml",
     "ars-contrib-merge": "lit_sb3 ARS, sb3-contrib's merge",
-    "ars-inertia-3": "lit_sb3 ARS, merged statistics weigh 3x",
+    "ars-inertia-3": "lit_sb3 ARS, normalization_inertia=3",
     "ars-update-every-3": "lit_sb3 ARS, normalization_update_interval=3",
     "ars-update-every-10": "lit_sb3 ARS, normalization_update_interval=10",
     "ars-sample-std": "lit_sb3 ARS, sample std",

@@ -11,6 +11,7 @@ from stable_baselines3.common.running_mean_std import RunningMeanStd
 from stable_baselines3.common.type_aliases import GymEnv, Schedule
 
 from lit_sb3.checks import check_positive_int
+from lit_sb3.evaluation.obs_rms import subtract_running_mean_std
 from lit_sb3.population.base import PopulationAlgorithm, checked_schedule
 
 
@@ -32,7 +33,10 @@ class ARS(PopulationAlgorithm):
     one. ``normalization_update_interval=k`` updates the normalisation every ``k`` rounds only: the policy then
     adapts to a normalisation that moves in fewer steps. The exact statistics (every observation counted once) are
     kept all along, saved with the model and handed over at each update; the ``VecNormalize`` holds the statistics
-    the policy is normalised with, so predictions in it match training.
+    the policy is normalised with, so predictions in it match training. ``normalization_inertia=w`` makes the
+    normalisation move more slowly in another way: when a round's observations are added, the statistics in use
+    weigh ``w`` times their count (sb3-contrib's ARS, whose merge adds each worker's statistics whole and subtracts
+    the count, weighs them about ``n_workers + 1`` times); their count stays the true one.
 
     :param policy: The policy to train: "LinearPolicy", "MlpPolicy" or a policy class.
     :param env: The environment to train on (if registered in Gymnasium, can be str).
@@ -44,6 +48,8 @@ class ARS(PopulationAlgorithm):
     :param alive_bonus_offset: Constant added to the reward at each step, used to cancel out alive bonuses.
     :param n_eval_episodes: Number of episodes to evaluate each candidate.
     :param normalization_update_interval: Rounds between two updates of the observation normalisation (V2).
+    :param normalization_inertia: How many times their count the statistics in use weigh when a round's
+        observations are added to them (V2); 1 keeps them exact. Updates every round only.
     :param return_std_ddof: Delta degrees of freedom of the standard deviation of the returns that scales the step
         (``numpy.std``'s ``ddof``): 0 for the population one (the paper's code), 1 for the sample one (sb3-contrib).
     :param policy_kwargs: Keyword arguments to pass to the policy on creation.
@@ -68,6 +74,7 @@ class ARS(PopulationAlgorithm):
         alive_bonus_offset: float = 0,
         n_eval_episodes: int = 1,
         normalization_update_interval: int = 1,
+        normalization_inertia: float = 1.0,
         return_std_ddof: int = 0,
         policy_kwargs: dict[str, Any] | None = None,
         stats_window_size: int = 100,
@@ -82,6 +89,13 @@ class ARS(PopulationAlgorithm):
             n_top = n_delta
         check_positive_int("n_top", n_top)
         check_positive_int("normalization_update_interval", normalization_update_interval)
+        if not normalization_inertia > 0.0:
+            raise ValueError(f"normalization_inertia must be positive, got {normalization_inertia!r}")
+        if normalization_inertia != 1.0 and normalization_update_interval != 1:
+            raise ValueError(
+                f"normalization_inertia={normalization_inertia!r} needs normalization_update_interval=1, got "
+                f"{normalization_update_interval!r}: the two are ways to slow the normalisation down, use one"
+            )
         if return_std_ddof not in (0, 1) or isinstance(return_std_ddof, bool):
             raise ValueError(f"return_std_ddof must be 0 (population std) or 1 (sample std), got {return_std_ddof!r}")
         if n_top > n_delta:
@@ -105,6 +119,7 @@ class ARS(PopulationAlgorithm):
         self.n_delta = n_delta
         self.n_top = n_top
         self.normalization_update_interval = normalization_update_interval
+        self.normalization_inertia = normalization_inertia
         self.return_std_ddof = return_std_ddof
         self.pop_size = 2 * n_delta
         self.delta_std = delta_std
@@ -121,6 +136,15 @@ class ARS(PopulationAlgorithm):
         return candidates
 
     def _normalization_statistics(self, exact: RunningMeanStd, in_use: RunningMeanStd) -> RunningMeanStd:
+        if self.normalization_inertia != 1.0:
+            # The round's observations: what the exact statistics gained since the last round (or since the start).
+            previous = self._exact_obs_rms if self._exact_obs_rms is not None else in_use
+            new_observations = subtract_running_mean_std(exact, previous)
+            weighted = in_use.copy()
+            weighted.count *= self.normalization_inertia
+            weighted.combine(new_observations)
+            weighted.count = in_use.count + new_observations.count
+            return weighted
         # Called before tell() counts the round: round r (from 1) updates when r is a multiple of the interval.
         if (self._n_updates + 1) % self.normalization_update_interval == 0:
             return exact

@@ -103,6 +103,51 @@ def test_the_normalisation_can_update_every_k_rounds_while_the_exact_statistics_
     assert not np.array_equal(recorder.rounds[-1][0].mean, recorder.rounds[-1][1].mean)
 
 
+def test_statistics_with_inertia_weigh_the_ones_in_use_w_times_when_a_round_is_added():
+    episodes: list[list[np.ndarray]] = []
+    env = VecNormalize(
+        DummyVecEnv([lambda: ObservationRecorder(gym.make("Pendulum-v1", max_episode_steps=20), episodes)]),
+        norm_reward=False,
+    )
+    inertia = 3.0
+    model = make_model(ARS, env=env, normalization_inertia=inertia)
+    recorder = StatisticsRecorder()
+    model.learn(6 * 2 * 4 * 20, callback=recorder)  # 6 rounds of 2 * n_delta episodes of 20 steps
+    assert len(recorder.rounds) == 6
+    count, mean, var = 1e-4, np.zeros(3), np.ones(3)  # VecNormalize's first statistics
+    for round_number, (in_use, exact, steps) in enumerate(recorder.rounds):
+        observations = np.concatenate(
+            [np.array(episode, dtype=np.float64) for episode in episodes[1 + 8 * round_number :][:8]]
+        )
+        weight, n = inertia * count, len(observations)
+        delta = observations.mean(axis=0) - mean
+        mean = mean + delta * n / (weight + n)
+        var = (weight * var + n * observations.var(axis=0) + np.square(delta) * weight * n / (weight + n)) / (
+            weight + n
+        )
+        count += n
+        assert exact.count == pytest.approx(1e-4 + steps, abs=1e-9)  # every observation, once
+        assert in_use.count == pytest.approx(count, abs=1e-9)
+        np.testing.assert_allclose(in_use.mean, mean, rtol=1e-6, atol=1e-9)
+        np.testing.assert_allclose(in_use.var, var, rtol=1e-6, atol=1e-9)
+    assert not np.allclose(recorder.rounds[-1][0].mean, recorder.rounds[-1][1].mean, rtol=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"normalization_inertia": 0.0}, "normalization_inertia must be positive, got 0.0"),
+        (
+            {"normalization_inertia": 3.0, "normalization_update_interval": 2},
+            "normalization_inertia=3.0 needs normalization_update_interval=1, got 2",
+        ),
+    ],
+)
+def test_bad_normalisation_settings_are_refused_by_name(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        make_model(ARS, env=normalized_pendulum_vec_env(), **kwargs)
+
+
 def test_loaded_statistics_go_into_the_new_vec_normalize(tmp_path):
     model = make_model(ARS, env=normalized_pendulum_vec_env())
     model.learn(500)

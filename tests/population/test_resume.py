@@ -75,6 +75,20 @@ def test_resume_is_exact_with_a_normalisation_updated_every_k_rounds(tmp_path):
     assert_same_state(whole, resumed)
 
 
+def test_resume_is_exact_with_a_normalisation_with_inertia(tmp_path):
+    whole, resumed = split_run(ARS, normalized_pendulum_vec_env, tmp_path, normalization_inertia=3.0)
+    assert whole.exact_obs_rms is not whole.get_vec_normalize_env().obs_rms
+    pairs = [
+        (whole.exact_obs_rms, resumed.exact_obs_rms),
+        (whole.get_vec_normalize_env().obs_rms, resumed.get_vec_normalize_env().obs_rms),
+    ]
+    for whole_rms, resumed_rms in pairs:
+        assert whole_rms.count == resumed_rms.count
+        np.testing.assert_array_equal(whole_rms.mean, resumed_rms.mean)
+        np.testing.assert_array_equal(whole_rms.var, resumed_rms.var)
+    assert_same_state(whole, resumed)
+
+
 def test_resume_is_exact_across_cma_restarts(tmp_path):
     whole, resumed = split_run(CMAES, short_cartpole_vec_env, tmp_path, restarts=3, cma_options={"maxiter": 2})
     assert whole.n_restarts == resumed.n_restarts >= 1
