@@ -10,7 +10,7 @@ from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.running_mean_std import RunningMeanStd
 from stable_baselines3.common.type_aliases import GymEnv, Schedule
 
-from lit_sb3.checks import check_positive_int
+from lit_sb3.checks import check_positive_int, check_positive_number, check_scale
 from lit_sb3.evaluation.obs_rms import subtract_running_mean_std
 from lit_sb3.population.base import PopulationAlgorithm, checked_schedule
 
@@ -89,8 +89,8 @@ class ARS(PopulationAlgorithm):
             n_top = n_delta
         check_positive_int("n_top", n_top)
         check_positive_int("normalization_update_interval", normalization_update_interval)
-        if not normalization_inertia > 0.0:
-            raise ValueError(f"normalization_inertia must be positive, got {normalization_inertia!r}")
+        check_positive_number("normalization_inertia", normalization_inertia)
+        normalization_inertia = check_scale("normalization_inertia", normalization_inertia)
         if normalization_inertia != 1.0 and normalization_update_interval != 1:
             raise ValueError(
                 f"normalization_inertia={normalization_inertia!r} needs normalization_update_interval=1, got "

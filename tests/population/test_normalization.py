@@ -136,7 +136,8 @@ def test_statistics_with_inertia_weigh_the_ones_in_use_w_times_when_a_round_is_a
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"normalization_inertia": 0.0}, "normalization_inertia must be positive, got 0.0"),
+        ({"normalization_inertia": 0.0}, "normalization_inertia must be a positive number, got 0.0"),
+        ({"normalization_inertia": float("inf")}, "normalization_inertia must be finite and > 0, got inf"),
         (
             {"normalization_inertia": 3.0, "normalization_update_interval": 2},
             "normalization_inertia=3.0 needs normalization_update_interval=1, got 2",
@@ -146,6 +147,11 @@ def test_statistics_with_inertia_weigh_the_ones_in_use_w_times_when_a_round_is_a
 def test_bad_normalisation_settings_are_refused_by_name(kwargs, message):
     with pytest.raises(ValueError, match=message):
         make_model(ARS, env=normalized_pendulum_vec_env(), **kwargs)
+
+
+def test_a_normalisation_inertia_that_is_no_number_is_refused_by_name():
+    with pytest.raises(TypeError, match="normalization_inertia must be a number"):
+        make_model(ARS, env=normalized_pendulum_vec_env(), normalization_inertia="3")
 
 
 def test_loaded_statistics_go_into_the_new_vec_normalize(tmp_path):
