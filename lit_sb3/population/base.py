@@ -336,7 +336,8 @@ class PopulationAlgorithm(BaseAlgorithm):
     def exact_obs_rms(self) -> RunningMeanStd | None:
         """
         The observation statistics of every evaluated observation, each counted once: those of the ``VecNormalize``,
-        unless the normalisation lags behind them (ARS's ``normalization_update_interval``). None without one.
+        unless the normalisation differs from them (ARS's ``normalization_update_interval`` or
+        ``normalization_inertia``). None without one.
         """
         if self._exact_obs_rms is not None:
             return self._exact_obs_rms
