@@ -60,9 +60,8 @@ def test_resume_is_exact_with_observation_normalisation(tmp_path):
     assert_same_state(whole, resumed)
 
 
-def test_resume_is_exact_with_a_normalisation_updated_every_k_rounds(tmp_path):
-    whole, resumed = split_run(ARS, normalized_pendulum_vec_env, tmp_path, normalization_update_interval=3)
-    assert whole._n_updates % 3  # the statistics in use lag behind the exact ones at the end
+def assert_same_exact_and_in_use_statistics(whole, resumed):
+    """Both models hold the same exact statistics and the same ones in their ``VecNormalize``, bit for bit."""
     pairs = [
         (whole.exact_obs_rms, resumed.exact_obs_rms),
         (whole.get_vec_normalize_env().obs_rms, resumed.get_vec_normalize_env().obs_rms),
@@ -71,6 +70,12 @@ def test_resume_is_exact_with_a_normalisation_updated_every_k_rounds(tmp_path):
         assert whole_rms.count == resumed_rms.count
         np.testing.assert_array_equal(whole_rms.mean, resumed_rms.mean)
         np.testing.assert_array_equal(whole_rms.var, resumed_rms.var)
+
+
+def test_resume_is_exact_with_a_normalisation_updated_every_k_rounds(tmp_path):
+    whole, resumed = split_run(ARS, normalized_pendulum_vec_env, tmp_path, normalization_update_interval=3)
+    assert whole._n_updates % 3  # the statistics in use lag behind the exact ones at the end
+    assert_same_exact_and_in_use_statistics(whole, resumed)
     assert whole.exact_obs_rms.count == whole.num_timesteps + 1e-4
     assert_same_state(whole, resumed)
 
@@ -78,14 +83,7 @@ def test_resume_is_exact_with_a_normalisation_updated_every_k_rounds(tmp_path):
 def test_resume_is_exact_with_a_normalisation_with_inertia(tmp_path):
     whole, resumed = split_run(ARS, normalized_pendulum_vec_env, tmp_path, normalization_inertia=3.0)
     assert whole.exact_obs_rms is not whole.get_vec_normalize_env().obs_rms
-    pairs = [
-        (whole.exact_obs_rms, resumed.exact_obs_rms),
-        (whole.get_vec_normalize_env().obs_rms, resumed.get_vec_normalize_env().obs_rms),
-    ]
-    for whole_rms, resumed_rms in pairs:
-        assert whole_rms.count == resumed_rms.count
-        np.testing.assert_array_equal(whole_rms.mean, resumed_rms.mean)
-        np.testing.assert_array_equal(whole_rms.var, resumed_rms.var)
+    assert_same_exact_and_in_use_statistics(whole, resumed)
     assert_same_state(whole, resumed)
 
 
