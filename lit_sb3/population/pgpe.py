@@ -258,19 +258,19 @@ class PGPE(PopulationAlgorithm):
         baseline = shaped.mean()
         stdev_gradient = ((plus_shaped + minus_shaped) / 2.0 - baseline) @ ((scaled_noise**2 - stdev**2) / stdev)
         stdev_gradient /= n_pairs
-        # centre <- centre + optimizer(grad_centre)  (ClipUp: v <- clip(m v + alpha g / |g|, v_max), centre += v)
-        learning_rate = self._scheduled("center_learning_rate", self.lr_schedule, allow_zero=True)
-        update_learning_rate(self.optimizer, learning_rate)
-        step_along(self.optimizer, self.policy.parameters(), centre_gradient)
         # stdev <- clip(stdev + eta_stdev * grad_stdev, (1 - c) stdev, (1 + c) stdev),  c = stdev_max_change
         new_stdev = stdev + self.stdev_learning_rate * stdev_gradient
         if self.stdev_max_change is not None:
             new_stdev = np.clip(new_stdev, (1.0 - self.stdev_max_change) * stdev, (1.0 + self.stdev_max_change) * stdev)
-        elif not np.all(new_stdev > 0.0):
+        elif not np.all(new_stdev > 0.0):  # raised before the centre moves: the round can be told again
             raise ValueError(
                 f"the standard deviation of {np.count_nonzero(new_stdev <= 0.0)} parameters reached zero or below: "
                 "bound its change with stdev_max_change or lower stdev_learning_rate"
             )
+        # centre <- centre + optimizer(grad_centre)  (ClipUp: v <- clip(m v + alpha g / |g|, v_max), centre += v)
+        learning_rate = self._scheduled("center_learning_rate", self.lr_schedule, allow_zero=True)
+        update_learning_rate(self.optimizer, learning_rate)
+        step_along(self.optimizer, self.policy.parameters(), centre_gradient)
         self.stdev = new_stdev
         statistics = {
             "train/learning_rate": learning_rate,

@@ -48,7 +48,8 @@ def shape_returns(returns: np.ndarray, ranking: Ranking) -> np.ndarray:
     """
     :param returns: One return per candidate (at least two).
     :param ranking: ``"centered"`` (:func:`centered_ranks`), ``"linear"`` (the same ranks in [0, 1]), ``"nes"``
-        (:func:`nes_utilities`), ``"normalized"`` (returns standardised to zero mean and unit variance) or
+        (:func:`nes_utilities`), ``"normalized"`` (returns standardised to zero mean and a sample standard deviation
+        of one, as EvoTorch's) or
         ``"raw"`` (the returns themselves).
     :return: The shaped returns, higher for better candidates.
     """
@@ -59,7 +60,7 @@ def shape_returns(returns: np.ndarray, ranking: Ranking) -> np.ndarray:
     if ranking == "nes":
         return nes_utilities(returns)
     if ranking == "normalized":
-        std = returns.std()
+        std = returns.std(ddof=1) if returns.size > 1 else 0.0
         return (returns - returns.mean()) / std if std > 0.0 else np.zeros_like(returns)
     return returns.astype(np.float64, copy=True)
 

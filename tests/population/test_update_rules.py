@@ -80,7 +80,7 @@ def test_the_other_shapings():
     returns = np.array([2.0, -1.0, 5.0])
     np.testing.assert_allclose(shape_returns(returns, "centered"), centered_ranks(returns))
     np.testing.assert_allclose(shape_returns(returns, "linear"), [0.5, 0.0, 1.0])
-    np.testing.assert_allclose(shape_returns(returns, "normalized"), (returns - 2.0) / np.std(returns))
+    np.testing.assert_allclose(shape_returns(returns, "normalized"), [0.0, -1.0, 1.0])  # sample std 3, as EvoTorch
     np.testing.assert_array_equal(shape_returns(returns, "raw"), returns)
     np.testing.assert_array_equal(shape_returns(np.ones(3), "normalized"), np.zeros(3))
 
@@ -123,9 +123,23 @@ def test_pgpe_steps_along_its_gradients_and_bounds_the_stdev_change():
 
 def test_pgpe_stdev_without_a_bound_must_stay_positive():
     model = make_model(PGPE, popsize=4, stdev_max_change=None, stdev_learning_rate=1e6)
-    model.ask()
+    candidates = model.ask()
+    centre, stdev = model.policy.parameters_to_vector(), model.stdev.copy()
+    returns = np.array([4.0, 3.0, 1.0, 2.0])
     with pytest.raises(ValueError, match="reached zero or below: bound its change with stdev_max_change"):
-        model.tell(np.array([4.0, 3.0, 1.0, 2.0]))  # a huge step: some stdev goes below zero
+        model.tell(returns)  # a huge step: some stdev goes below zero
+    # Nothing of the update was applied: not the centre, not ClipUp's velocity.
+    np.testing.assert_array_equal(model.policy.parameters_to_vector(), centre)
+    np.testing.assert_array_equal(model.stdev, stdev)
+    assert model.optimizer.speed() == 0.0 and model._n_updates == 0
+    model.stdev_learning_rate = 0.1  # the same round, told again with a smaller step, is one update
+    model.tell(returns)
+    reference = make_model(PGPE, popsize=4, stdev_max_change=None, stdev_learning_rate=0.1)
+    np.testing.assert_array_equal(reference.ask(), candidates)
+    reference.tell(returns)
+    np.testing.assert_array_equal(model.policy.parameters_to_vector(), reference.policy.parameters_to_vector())
+    np.testing.assert_array_equal(model.stdev, reference.stdev)
+    assert model._n_updates == reference._n_updates == 1
 
 
 def test_pgpe_takes_pgpelib_and_evotorch_optimizer_settings():
