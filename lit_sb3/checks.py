@@ -65,14 +65,33 @@ def check_non_negative_number(name: str, value: Any) -> None:
         raise ValueError(f"{name} must be a non-negative number, got {value}")
 
 
-def check_scale(name: str, value: float, *, allow_zero: bool = False) -> float:
+def check_unit_interval(name: str, value: Any, *, open_low: bool = False, open_high: bool = False) -> None:
+    """
+    :param name: Argument name for the message.
+    :param value: A fraction or a coefficient in [0, 1].
+    :param open_low: Whether 0 is left out of the interval.
+    :param open_high: Whether 1 is left out of the interval.
+    :raises TypeError: if ``value`` is not a real number.
+    :raises ValueError: if it is outside the interval (or NaN).
+    """
+    _check_number(name, value)
+    above_low = value > 0.0 if open_low else value >= 0.0
+    below_high = value < 1.0 if open_high else value <= 1.0
+    if not (above_low and below_high):
+        interval = f"{'(' if open_low else '['}0, 1{')' if open_high else ']'}"
+        raise ValueError(f"{name} must be in {interval}, got {value}")
+
+
+def check_scale(name: str, value: Any, *, allow_zero: bool = False) -> float:
     """
     :param name: Argument name for the message.
     :param value: A step size, a noise scale or another positive real.
     :param allow_zero: Whether zero is a valid value.
     :return: ``value`` as a float.
+    :raises TypeError: if ``value`` is not a real number.
     :raises ValueError: if it is not finite, negative, or zero without ``allow_zero``.
     """
+    _check_number(name, value)
     if not (np.isfinite(value) and (value >= 0.0 if allow_zero else value > 0.0)):
         raise ValueError(f"{name} must be finite and {'>= 0' if allow_zero else '> 0'}, got {value}")
     return float(value)

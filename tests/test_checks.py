@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -14,7 +15,11 @@ from lit_sb3.checks import (
     check_non_negative_number,
     check_positive_int,
     check_positive_number,
+    check_scale,
+    check_unit_interval,
 )
+
+open_fraction = functools.partial(check_unit_interval, open_low=True, open_high=True)
 
 ACCEPTED: list[tuple[Callable[[str, Any], None], Any]] = [
     (check_positive_int, 1),
@@ -27,6 +32,10 @@ ACCEPTED: list[tuple[Callable[[str, Any], None], Any]] = [
     (check_non_negative_number, 0),
     (check_non_negative_number, np.float32(0.25)),
     (check_non_negative_number, math.inf),
+    (check_unit_interval, 0),
+    (check_unit_interval, np.float32(1.0)),
+    (open_fraction, 0.5),
+    (check_scale, np.float16(0.1)),
 ]
 
 REFUSED: list[tuple[Callable[[str, Any], None], Any, type[Exception], str]] = [
@@ -44,6 +53,16 @@ REFUSED: list[tuple[Callable[[str, Any], None], Any, type[Exception], str]] = [
     (check_non_negative_number, -0.5, ValueError, "x must be a non-negative number, got -0.5"),
     (check_non_negative_number, math.nan, ValueError, "x must be a non-negative number"),
     (check_non_negative_number, None, TypeError, "x must be a number"),
+    (check_unit_interval, 1.5, ValueError, r"x must be in \[0, 1\], got 1.5"),
+    (check_unit_interval, math.nan, ValueError, r"x must be in \[0, 1\], got nan"),
+    (check_unit_interval, True, TypeError, "x must be a number"),
+    (open_fraction, 0.0, ValueError, r"x must be in \(0, 1\), got 0.0"),
+    (open_fraction, 1, ValueError, r"x must be in \(0, 1\), got 1"),
+    (functools.partial(check_unit_interval, open_low=True), 0, ValueError, r"x must be in \(0, 1\], got 0"),
+    (check_scale, 0.0, ValueError, "x must be finite and > 0, got 0.0"),
+    (check_scale, math.inf, ValueError, "x must be finite and > 0, got inf"),
+    (check_scale, "0.1", TypeError, "x must be a number"),
+    (check_scale, False, TypeError, "x must be a number"),
 ]
 
 

@@ -68,9 +68,11 @@ def checked_schedule(name: str, value: float | Schedule, *, allow_zero: bool = F
     :param allow_zero: Whether zero is a valid value.
     :return: The schedule, whose value at the start of training was checked with :func:`check_scale`.
     """
-    schedule = FloatSchedule(value)
-    check_scale(name, schedule(1.0), allow_zero=allow_zero)
-    return schedule
+    if callable(value):
+        schedule = FloatSchedule(value)
+        check_scale(name, schedule(1.0), allow_zero=allow_zero)
+        return schedule
+    return FloatSchedule(check_scale(name, value, allow_zero=allow_zero))
 
 
 def _one_per_candidate(name: str, values: Iterable[float] | np.ndarray | th.Tensor, pop_size: int) -> np.ndarray:

@@ -9,7 +9,7 @@ import torch as th
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, Schedule
 
-from lit_sb3.checks import check_scale
+from lit_sb3.checks import check_scale, check_unit_interval
 from lit_sb3.population.base import PopulationAlgorithm, check_population_size, checked_schedule
 
 
@@ -63,8 +63,7 @@ class CEM(PopulationAlgorithm):
         _init_setup_model: bool = True,
     ) -> None:
         check_population_size(pop_size)
-        if not 0.0 < elite_fraction <= 1.0:
-            raise ValueError(f"elite_fraction must be in (0, 1], got {elite_fraction}")
+        check_unit_interval("elite_fraction", elite_fraction, open_low=True)
         check_scale("initial_std", initial_std)
         super().__init__(
             policy,

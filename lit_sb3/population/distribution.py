@@ -46,6 +46,7 @@ def check_stdev_init(stdev_init: Any, radius_init: Any) -> None:
     """
     :param stdev_init: The initial standard deviation: a positive number, an array of them, or None.
     :param radius_init: The initial radius (norm of the standard deviation vector), or None.
+    :raises TypeError: if a value is not a real number.
     :raises ValueError: if both are given or a value is not positive and finite.
     """
     if stdev_init is not None and radius_init is not None:
@@ -53,7 +54,9 @@ def check_stdev_init(stdev_init: Any, radius_init: Any) -> None:
     if radius_init is not None:
         check_scale("radius_init", radius_init)
     if stdev_init is not None:
-        values = np.asarray(stdev_init, dtype=np.float64)
+        values = np.asarray(stdev_init)
+        if values.dtype.kind not in "iuf":
+            raise TypeError(f"stdev_init must be a number or a vector of numbers, got {stdev_init!r}")
         if values.ndim > 1 or not (np.all(np.isfinite(values)) and np.all(values > 0.0)):
             raise ValueError(f"stdev_init must be a finite number > 0 or a vector of them, got {stdev_init!r}")
 

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import torch as th
 
-from lit_sb3.checks import check_scale
+from lit_sb3.checks import check_scale, check_unit_interval
 
 
 class ClipUp(th.optim.Optimizer):
@@ -41,8 +41,7 @@ class ClipUp(th.optim.Optimizer):
         weight_decay: float = 0.0,
     ) -> None:
         check_scale("lr", lr, allow_zero=True)
-        if not 0.0 <= momentum <= 1.0:
-            raise ValueError(f"momentum must be in [0, 1], got {momentum}")
+        check_unit_interval("momentum", momentum)
         if max_speed is not None:
             check_scale("max_speed", max_speed)
         check_scale("weight_decay", weight_decay, allow_zero=True)

@@ -10,7 +10,7 @@ from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, Schedule
 from stable_baselines3.common.utils import update_learning_rate
 
-from lit_sb3.checks import check_scale
+from lit_sb3.checks import check_scale, check_unit_interval
 from lit_sb3.population.base import PopulationAlgorithm, checked_schedule
 from lit_sb3.population.distribution import (
     check_budget_bound,
@@ -178,8 +178,8 @@ class PGPE(PopulationAlgorithm):
         checked_schedule("center_learning_rate", center_learning_rate, allow_zero=True)
         check_scale("stdev_learning_rate", stdev_learning_rate, allow_zero=True)
         check_stdev_init(stdev_init, radius_init)
-        if stdev_max_change is not None and not 0.0 < stdev_max_change < 1.0:
-            raise ValueError(f"stdev_max_change must be in (0, 1) or None, got {stdev_max_change}")
+        if stdev_max_change is not None:
+            check_unit_interval("stdev_max_change", stdev_max_change, open_low=True, open_high=True)
         optimizer_class = resolve_optimizer("optimizer", optimizer)
         if max_speed is not None and optimizer_class is not ClipUp:
             raise ValueError(f"max_speed is a setting of ClipUp, not of {optimizer_class.__name__}")
@@ -229,7 +229,7 @@ class PGPE(PopulationAlgorithm):
                 self.policy.parameters(), lr=self.lr_schedule(self._current_progress_remaining), **self.optimizer_kwargs
             )
         except TypeError as error:
-            raise ValueError(f"optimizer_config: {error}") from None
+            raise TypeError(f"optimizer_config: {error}") from None
 
     def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
         return ["policy", "optimizer"], []

@@ -7,6 +7,7 @@ import functools
 import gymnasium as gym
 import numpy as np
 import pytest
+import torch as th
 from gymnasium import spaces
 from stable_baselines3.common.env_util import make_vec_env
 
@@ -84,7 +85,7 @@ def test_unsupported_spaces(algorithm, observation_space, action_space, message)
         (PGPE, {"popsize": None, "pop_size": 5}, r"pop_size must be an even int \(antithetic pairs\) >= 2, got 5"),
         (PGPE, {"center_learning_rate": -1.0}, "center_learning_rate must be finite and >= 0, got -1.0"),
         (PGPE, {"stdev_learning_rate": float("nan")}, "stdev_learning_rate must be finite and >= 0, got nan"),
-        (PGPE, {"stdev_max_change": 1.5}, r"stdev_max_change must be in \(0, 1\) or None, got 1.5"),
+        (PGPE, {"stdev_max_change": 1.5}, r"stdev_max_change must be in \(0, 1\), got 1.5"),
         (PGPE, {"stdev_init": 0.1, "radius_init": 1.0}, "give stdev_init or radius_init"),
         (PGPE, {"stdev_init": -0.1}, "stdev_init must be a finite number > 0 or a vector of them"),
         (PGPE, {"stdev_init": [0.1, 0.2]}, "stdev_init has 2 values but the policy has 8 parameters"),
@@ -112,6 +113,45 @@ def test_unsupported_spaces(algorithm, observation_space, action_space, message)
 def test_bad_hyper_parameters(algorithm, kwargs, message):
     with pytest.raises(ValueError, match=message):
         make_model(algorithm, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "kwargs", "name"),
+    [
+        (ARS, {"learning_rate": True}, "learning_rate"),
+        (ES, {"sigma": "0.03"}, "sigma"),
+        (CEM, {"elite_fraction": "0.2"}, "elite_fraction"),
+        (CMAES, {"sigma0": None}, "sigma0"),
+        (PGPE, {"center_learning_rate": True}, "center_learning_rate"),
+        (PGPE, {"stdev_learning_rate": "0.1"}, "stdev_learning_rate"),
+        (PGPE, {"radius_init": "1"}, "radius_init"),
+        (PGPE, {"stdev_max_change": "0.2"}, "stdev_max_change"),
+        (PGPE, {"momentum": "0.9"}, "momentum"),
+        (SNES, {"stdev_learning_rate": True}, "stdev_learning_rate"),
+        (XNES, {"shape_learning_rate": "1"}, "shape_learning_rate"),
+    ],
+)
+def test_hyper_parameters_that_are_no_numbers(algorithm, kwargs, name):
+    with pytest.raises(TypeError, match=f"{name} must be a number, got <class"):
+        make_model(algorithm, **kwargs)
+
+
+@pytest.mark.parametrize("stdev_init", [True, "abc", [0.1, "x"]])
+def test_stdev_init_that_is_no_number(stdev_init):
+    with pytest.raises(TypeError, match="stdev_init must be a number or a vector of numbers, got"):
+        make_model(SNES, stdev_init=stdev_init)
+
+
+def test_a_setting_a_torch_optimizer_does_not_take():
+    with pytest.raises(TypeError, match=r"optimizer_config: .*unexpected keyword argument 'max_sped'"):
+        make_model(PGPE, optimizer=th.optim.RMSprop, optimizer_config={"max_sped": 0.1})
+
+
+def test_numpy_scalars_are_numbers():
+    model = make_model(ARS, delta_std=np.float32(0.05))
+    assert model.delta_std_schedule(1.0) == pytest.approx(0.05)
+    model.learn(500)
+    assert model._n_updates > 0
 
 
 def test_a_schedule_that_turns_negative_fails_when_it_does():
