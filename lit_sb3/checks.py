@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -63,6 +65,34 @@ def check_non_negative_number(name: str, value: Any) -> None:
     _check_number(name, value)
     if not value >= 0:
         raise ValueError(f"{name} must be a non-negative number, got {value}")
+
+
+def check_finite_number(name: str, value: Any) -> float:
+    """
+    :param name: Argument name for the message.
+    :param value: A real number of either sign (e.g. a reward offset).
+    :return: ``value`` as a float.
+    :raises TypeError: if ``value`` is not a real number.
+    :raises ValueError: if it is NaN or infinite.
+    """
+    _check_number(name, value)
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value}")
+    return float(value)
+
+
+def check_settings(name: str, value: Any) -> dict[str, Any]:
+    """
+    :param name: Argument name for the message.
+    :param value: Keyword settings (e.g. ``cma_options``), or None for none.
+    :return: A new dict of the settings.
+    :raises TypeError: if ``value`` is neither None nor a mapping with string keys.
+    """
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping) or not all(isinstance(key, str) for key in value):
+        raise TypeError(f"{name} must be a dict of settings by name, or None, got {value!r}")
+    return dict(value)
 
 
 def check_unit_interval(name: str, value: Any, *, open_low: bool = False, open_high: bool = False) -> None:

@@ -11,11 +11,13 @@ import numpy as np
 import pytest
 
 from lit_sb3.checks import (
+    check_finite_number,
     check_non_negative_int,
     check_non_negative_number,
     check_positive_int,
     check_positive_number,
     check_scale,
+    check_settings,
     check_unit_interval,
 )
 
@@ -36,6 +38,9 @@ ACCEPTED: list[tuple[Callable[[str, Any], None], Any]] = [
     (check_unit_interval, np.float32(1.0)),
     (open_fraction, 0.5),
     (check_scale, np.float16(0.1)),
+    (check_finite_number, -5),
+    (check_settings, {"popsize": 4}),
+    (check_settings, None),
 ]
 
 REFUSED: list[tuple[Callable[[str, Any], None], Any, type[Exception], str]] = [
@@ -63,6 +68,9 @@ REFUSED: list[tuple[Callable[[str, Any], None], Any, type[Exception], str]] = [
     (check_scale, math.inf, ValueError, "x must be finite and > 0, got inf"),
     (check_scale, "0.1", TypeError, "x must be a number"),
     (check_scale, False, TypeError, "x must be a number"),
+    (check_finite_number, -math.inf, ValueError, "x must be a finite number, got -inf"),
+    (check_finite_number, "1", TypeError, "x must be a number"),
+    (check_settings, [("popsize", 4)], TypeError, "x must be a dict of settings by name, or None, got"),
 ]
 
 

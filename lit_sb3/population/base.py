@@ -22,7 +22,7 @@ from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedul
 from stable_baselines3.common.utils import FloatSchedule, safe_mean
 from stable_baselines3.common.vec_env import VecNormalize
 
-from lit_sb3.checks import check_positive_int, check_scale
+from lit_sb3.checks import check_finite_number, check_positive_int, check_scale
 from lit_sb3.policies import LinearPolicy, MlpPolicy
 from lit_sb3.vec_env.candidate_eval import CandidateEval, InProcessEval
 
@@ -221,6 +221,7 @@ class PopulationAlgorithm(BaseAlgorithm):
         device: th.device | str = "cpu",
     ) -> None:
         check_positive_int("n_eval_episodes", n_eval_episodes)
+        reward_offset = check_finite_number("alive_bonus_offset", alive_bonus_offset)
         check_interaction_budget(num_interactions, popsize_max)
         checked_schedule("learning_rate", learning_rate, allow_zero=True)
         super().__init__(
@@ -238,7 +239,7 @@ class PopulationAlgorithm(BaseAlgorithm):
         if self.env is not None:
             self._check_spaces(self.observation_space, self.action_space)
         self.n_eval_episodes = n_eval_episodes
-        self.alive_bonus_offset = float(alive_bonus_offset)
+        self.alive_bonus_offset = reward_offset
         self.zero_policy = zero_policy
         self.num_interactions = num_interactions
         self.popsize_max = popsize_max

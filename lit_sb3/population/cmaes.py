@@ -10,7 +10,7 @@ import torch as th
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv
 
-from lit_sb3.checks import check_non_negative_int, check_positive_number, check_scale
+from lit_sb3.checks import check_non_negative_int, check_positive_number, check_scale, check_settings
 from lit_sb3.population.base import PopulationAlgorithm, check_population_size
 
 with warnings.catch_warnings():
@@ -100,8 +100,9 @@ class CMAES(PopulationAlgorithm):
         check_positive_number("incpopsize", incpopsize)
         if not (np.isfinite(incpopsize) and incpopsize >= 1.0):
             raise ValueError(f"incpopsize must be finite and >= 1, got {incpopsize}")
+        options = check_settings("cma_options", cma_options)
         for option, argument in RESERVED_OPTIONS.items():
-            if option in (cma_options or {}):
+            if option in options:
                 raise ValueError(f"cma_options must not set {option!r}: use the {argument} argument")
         super().__init__(
             policy,
@@ -121,7 +122,7 @@ class CMAES(PopulationAlgorithm):
         self.initial_pop_size = pop_size
         self.restarts = restarts
         self.incpopsize = incpopsize
-        self.cma_options = {} if cma_options is None else dict(cma_options)
+        self.cma_options = options
         self.n_restarts = 0
         #: The cma strategy (set by _setup_model unless load() restored it).
         self.strategy: cma.CMAEvolutionStrategy | None = None

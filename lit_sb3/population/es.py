@@ -10,6 +10,7 @@ from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, Schedule
 from stable_baselines3.common.utils import update_learning_rate
 
+from lit_sb3.checks import check_scale, check_settings
 from lit_sb3.population.base import PopulationAlgorithm, check_population_size, checked_schedule
 from lit_sb3.population.optimizers import ClipUp, resolve_optimizer, step_along
 from lit_sb3.population.ranking import centered_ranks
@@ -78,8 +79,9 @@ class ES(PopulationAlgorithm):
     ) -> None:
         check_population_size(pop_size, even=True)
         optimizer_class = resolve_optimizer("optimizer_class", optimizer_class)
-        if weight_decay < 0:
-            raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
+        check_scale("weight_decay", weight_decay, allow_zero=True)
+        if optimizer_kwargs is not None:
+            check_settings("optimizer_kwargs", optimizer_kwargs)
         super().__init__(
             policy,
             env,

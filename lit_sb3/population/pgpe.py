@@ -10,7 +10,7 @@ from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, Schedule
 from stable_baselines3.common.utils import update_learning_rate
 
-from lit_sb3.checks import check_scale, check_unit_interval
+from lit_sb3.checks import check_scale, check_settings, check_unit_interval
 from lit_sb3.population.base import PopulationAlgorithm, checked_schedule
 from lit_sb3.population.distribution import (
     check_budget_bound,
@@ -47,7 +47,7 @@ def optimizer_kwargs(
     :return: The optimiser's keyword arguments, besides the parameters and ``lr``.
     :raises ValueError: for a setting given twice, one the optimiser does not take, or ``beta1`` without ``beta2``.
     """
-    config = dict(optimizer_config or {})
+    config = check_settings("optimizer_config", optimizer_config)
     for name, value in (("max_speed", max_speed), ("momentum", momentum)):
         if value is None:
             continue

@@ -62,7 +62,8 @@ def test_unsupported_spaces(algorithm, observation_space, action_space, message)
         (ARS, {"return_std_ddof": 2}, r"return_std_ddof must be 0 \(population std\) or 1 \(sample std\), got 2"),
         (ES, {"pop_size": 1}, r"pop_size must be an even int \(antithetic pairs\) >= 2, got 1"),
         (ES, {"pop_size": 7}, r"pop_size must be an even int \(antithetic pairs\) >= 2, got 7"),
-        (ES, {"weight_decay": -1.0}, "weight_decay must be >= 0"),
+        (ES, {"weight_decay": -1.0}, "weight_decay must be finite and >= 0, got -1.0"),
+        (XNES, {"alive_bonus_offset": float("nan")}, "alive_bonus_offset must be a finite number, got nan"),
         (CEM, {"pop_size": 1}, "pop_size must be an int >= 2, got 1"),
         (CEM, {"elite_fraction": 0.0}, "elite_fraction must be in"),
         (CEM, {"initial_std": 0.0}, "initial_std must be finite and > 0, got 0.0"),
@@ -120,6 +121,8 @@ def test_bad_hyper_parameters(algorithm, kwargs, message):
     [
         (ARS, {"learning_rate": True}, "learning_rate"),
         (ES, {"sigma": "0.03"}, "sigma"),
+        (ES, {"weight_decay": True}, "weight_decay"),
+        (CEM, {"alive_bonus_offset": "-1"}, "alive_bonus_offset"),
         (CEM, {"elite_fraction": "0.2"}, "elite_fraction"),
         (CMAES, {"sigma0": None}, "sigma0"),
         (PGPE, {"center_learning_rate": True}, "center_learning_rate"),
@@ -140,6 +143,15 @@ def test_hyper_parameters_that_are_no_numbers(algorithm, kwargs, name):
 def test_stdev_init_that_is_no_number(stdev_init):
     with pytest.raises(TypeError, match="stdev_init must be a number or a vector of numbers, got"):
         make_model(SNES, stdev_init=stdev_init)
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "name"), [(CMAES, "cma_options"), (ES, "optimizer_kwargs"), (PGPE, "optimizer_config")]
+)
+@pytest.mark.parametrize("settings", ["max_speed=0.1", {0: 0.1}])
+def test_settings_that_are_no_dict_by_name(algorithm, name, settings):
+    with pytest.raises(TypeError, match=f"{name} must be a dict of settings by name, or None, got"):
+        make_model(algorithm, **{name: settings})
 
 
 def test_a_setting_a_torch_optimizer_does_not_take():
