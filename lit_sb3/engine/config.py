@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,12 +74,17 @@ class EngineConfig:
         if self.replay_ratio is not None:
             check_positive_number("replay_ratio", self.replay_ratio)
         check_non_negative_number("weight_sync_interval", self.weight_sync_interval)
+        for name in ("checkpoint_folder", "log_folder"):
+            folder = getattr(self, name)
+            if folder is not None and not isinstance(folder, str | os.PathLike):
+                raise TypeError(f"{name} must be a path (str or os.PathLike) or None, got {folder!r}")
+        if not isinstance(self.verbose, int):
+            raise TypeError(f"verbose must be a bool, got {self.verbose!r}")
         if self.checkpoint_interval is not None and self.checkpoint_folder is None:
             raise ValueError("checkpoint_interval needs a checkpoint_folder")
         if self.seed is not None:
             check_non_negative_int("seed", self.seed)
-        unknown = set(self.log_formats) - LOG_FORMATS
-        if isinstance(self.log_formats, str) or unknown:
+        if not isinstance(self.log_formats, tuple | list) or not LOG_FORMATS.issuperset(self.log_formats):
             raise ValueError(f"log_formats must be a tuple of {sorted(LOG_FORMATS)}, got {self.log_formats!r}")
         if self.log_folder is None and set(self.log_formats) - {"stdout"}:
             raise ValueError(f"log_formats {self.log_formats!r} write files: give a log_folder")

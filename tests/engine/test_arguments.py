@@ -36,6 +36,8 @@ from lit_sb3.engine import (
         ({"total_env_steps": 10, "checkpoint_interval": 5}, "checkpoint_interval needs a checkpoint_folder"),
         ({"total_env_steps": 10, "seed": -3}, "seed"),
         ({"total_env_steps": 10, "log_formats": ("stdout", "xml")}, "log_formats"),
+        ({"total_env_steps": 10, "log_formats": "stdout"}, r"log_formats must be a tuple of \['csv', "),
+        ({"total_env_steps": 10, "log_formats": True}, r"log_formats must be a tuple of \['csv', "),
         ({"total_env_steps": 10, "log_formats": ("csv",)}, "give a log_folder"),
     ],
 )
@@ -51,6 +53,12 @@ def test_a_config_value_of_the_wrong_type_names_the_argument() -> None:
         EngineConfig(train_epochs=2, max_policy_lag=1.5)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="weight_sync_interval must be a number"):
         EngineConfig(train_epochs=2, weight_sync_interval="0.1")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"checkpoint_folder must be a path \(str or os.PathLike\) or None, got True"):
+        EngineConfig(train_epochs=2, checkpoint_folder=True)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="log_folder must be a path"):
+        EngineConfig(train_epochs=2, log_folder=3)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="verbose must be a bool, got '2'"):
+        EngineConfig(train_epochs=2, verbose="2")  # type: ignore[arg-type]
 
 
 def test_a_bad_env_group_names_the_argument() -> None:
