@@ -76,8 +76,11 @@ def checked_schedule(name: str, value: float | Schedule, *, allow_zero: bool = F
 
 
 def _one_per_candidate(name: str, values: Iterable[float] | np.ndarray | th.Tensor, pop_size: int) -> np.ndarray:
-    """:return: ``values`` as a float64 array, checked to hold one value per candidate."""
-    array = np.asarray(values.detach().cpu() if isinstance(values, th.Tensor) else values, dtype=np.float64)
+    """:return: ``values`` as a float64 array, checked to hold one number per candidate."""
+    array = np.asarray(values.detach().cpu() if isinstance(values, th.Tensor) else values)
+    if array.dtype.kind not in "iuf":
+        raise TypeError(f"{name} must be numbers, one per candidate, got an array of {array.dtype}")
+    array = array.astype(np.float64, copy=False)
     if array.shape != (pop_size,):
         raise ValueError(f"{name} must have one value per candidate, shape ({pop_size},), got {array.shape}")
     return array
@@ -422,6 +425,7 @@ class PopulationAlgorithm(BaseAlgorithm):
         :param interactions: The env steps each candidate took (all its episodes): needed with ``num_interactions``,
             refused without.
         :return: The update's statistics, by logger key (what ``learn()`` logs); empty while a round grows.
+        :raises TypeError: if ``returns`` or ``interactions`` are not numbers.
         :raises ValueError: if no population is pending, or ``returns`` or ``interactions`` has the wrong shape or
             bad values, or ``interactions`` is missing or not expected.
         """

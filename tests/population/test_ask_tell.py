@@ -93,6 +93,10 @@ def test_tell_needs_a_pending_population_and_one_return_per_candidate(algorithm)
     pop_size = len(model.ask())
     with pytest.raises(ValueError, match=f"shape \\({pop_size},\\)"):
         model.tell(np.ones(pop_size + 1))
+    with pytest.raises(TypeError, match="returns must be numbers, one per candidate, got an array of <U3"):
+        model.tell(["1.0"] * pop_size)
+    with pytest.raises(TypeError, match="returns must be numbers, one per candidate, got an array of bool"):
+        model.tell([True] * pop_size)
 
 
 def test_centered_ranks_share_ties_and_span_minus_half_to_half():
