@@ -45,7 +45,9 @@ def optimizer_kwargs(
         ``beta1``, ``beta2``, ``epsilon`` and ``amsgrad`` (Adam), ``momentum``, ``dampening`` and ``nesterov``
         (SGD); for another torch optimiser class, its own keyword arguments.
     :return: The optimiser's keyword arguments, besides the parameters and ``lr``.
-    :raises ValueError: for a setting given twice, one the optimiser does not take, or ``beta1`` without ``beta2``.
+    :raises TypeError: if ``optimizer_config`` is not a dict of settings by name.
+    :raises ValueError: for a setting given twice, one the optimiser does not take, ``lr`` (the centre's learning
+        rate sets it), or ``beta1`` without ``beta2``.
     """
     config = check_settings("optimizer_config", optimizer_config)
     for name, value in (("max_speed", max_speed), ("momentum", momentum)):
