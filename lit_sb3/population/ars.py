@@ -10,7 +10,7 @@ from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.running_mean_std import RunningMeanStd
 from stable_baselines3.common.type_aliases import GymEnv, Schedule
 
-from lit_sb3.checks import check_positive_int, check_positive_number, check_scale
+from lit_sb3.checks import check_positive_int, check_scale
 from lit_sb3.evaluation.obs_rms import subtract_running_mean_std
 from lit_sb3.population.base import PopulationAlgorithm, checked_schedule
 
@@ -53,7 +53,7 @@ class ARS(PopulationAlgorithm):
     :param return_std_ddof: Delta degrees of freedom of the standard deviation of the returns that scales the step
         (``numpy.std``'s ``ddof``): 0 for the population one (the paper's code), 1 for the sample one (sb3-contrib).
     :param policy_kwargs: Keyword arguments to pass to the policy on creation.
-    :param stats_window_size: Window size of the episode statistics buffer (``ep_info_buffer``).
+    :param stats_window_size: How many recent episodes ``rollout/ep_rew_mean`` and ``ep_len_mean`` average.
     :param tensorboard_log: The log location for TensorBoard (if None, no logging).
     :param seed: Random seed for the training.
     :param verbose: Verbosity level: 0 no output, 1 info, 2 debug.
@@ -89,7 +89,6 @@ class ARS(PopulationAlgorithm):
             n_top = n_delta
         check_positive_int("n_top", n_top)
         check_positive_int("normalization_update_interval", normalization_update_interval)
-        check_positive_number("normalization_inertia", normalization_inertia)
         normalization_inertia = check_scale("normalization_inertia", normalization_inertia)
         if normalization_inertia != 1.0 and normalization_update_interval != 1:
             raise ValueError(

@@ -10,7 +10,7 @@ import torch as th
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv
 
-from lit_sb3.checks import check_non_negative_int, check_positive_number, check_scale, check_settings
+from lit_sb3.checks import check_finite_number, check_non_negative_int, check_scale, check_settings
 from lit_sb3.population.base import PopulationAlgorithm, check_population_size
 
 with warnings.catch_warnings():
@@ -21,7 +21,7 @@ with warnings.catch_warnings():
 #: Spawn key of the random stream cma samples from (after the base class's streams).
 STRATEGY_STREAM = 2
 #: cma options set from the constructor's arguments, not through ``cma_options``.
-RESERVED_OPTIONS = {"popsize": "pop_size", "randn": "seed", "seed": "seed"}
+RESERVED_OPTIONS = {"popsize": "pop_size", "popsize_factor": "pop_size", "randn": "seed", "seed": "seed"}
 
 
 class GeneratorNormal:
@@ -49,9 +49,9 @@ class CMAES(PopulationAlgorithm):
     The full covariance matrix costs ``O(n_params**2)`` memory and time per round; for large policies use the
     separable (diagonal) variant: ``cma_options={"CMA_diagonal": True}``. When cma reports that the strategy
     stopped (its termination criteria, such as a flat fitness or a tiny step size), and ``restarts`` are left, a
-    new strategy starts from the current mean with ``sigma0`` and the population size multiplied by
-    ``incpopsize``: the IPOP restart scheme of ``cma.fmin``. The strategy is saved with the model through pickling,
-    which cma supports.
+    new strategy starts with ``sigma0`` and the population size multiplied by ``incpopsize`` (rounded), as in
+    IPOP-CMA-ES (Auger and Hansen, 2005), but from the current mean where ``cma.fmin`` restarts from ``x0``. The
+    strategy is saved with the model through pickling, which cma supports.
 
     :param policy: The policy to train: "LinearPolicy", "MlpPolicy" or a policy class.
     :param env: The environment to train on (if registered in Gymnasium, can be str).
@@ -64,7 +64,7 @@ class CMAES(PopulationAlgorithm):
     :param alive_bonus_offset: Constant added to the reward at each step, used to cancel out alive bonuses.
     :param n_eval_episodes: Number of episodes to evaluate each candidate.
     :param policy_kwargs: Keyword arguments to pass to the policy on creation.
-    :param stats_window_size: Window size of the episode statistics buffer (``ep_info_buffer``).
+    :param stats_window_size: How many recent episodes ``rollout/ep_rew_mean`` and ``ep_len_mean`` average.
     :param tensorboard_log: The log location for TensorBoard (if None, no logging).
     :param seed: Random seed for the training.
     :param verbose: Verbosity level: 0 no output, 1 info, 2 debug.
@@ -97,8 +97,7 @@ class CMAES(PopulationAlgorithm):
         if pop_size is not None:
             check_population_size(pop_size)
         check_non_negative_int("restarts", restarts)
-        check_positive_number("incpopsize", incpopsize)
-        if not (np.isfinite(incpopsize) and incpopsize >= 1.0):
+        if not check_finite_number("incpopsize", incpopsize) >= 1.0:
             raise ValueError(f"incpopsize must be finite and >= 1, got {incpopsize}")
         options = check_settings("cma_options", cma_options)
         for option, argument in RESERVED_OPTIONS.items():
@@ -137,14 +136,14 @@ class CMAES(PopulationAlgorithm):
 
     def _new_strategy(self, mean: np.ndarray, pop_size: int | None, randn: GeneratorNormal) -> cma.CMAEvolutionStrategy:
         options = {
-            **self.cma_options,
-            "randn": randn,
-            "seed": np.nan,  # sampling goes through randn: leave numpy's global random state alone
-            "verbose": -9,
+            "verbose": -9,  # cma's own output is off unless cma_options turn it on
             "verb_disp": 0,
             "verb_log": 0,
             "verb_time": False,
             "signals_filename": "",  # no signals file is read each round
+            **self.cma_options,
+            "randn": randn,
+            "seed": np.nan,  # sampling goes through randn: leave numpy's global random state alone
         }
         if pop_size is not None:
             options["popsize"] = pop_size
@@ -180,15 +179,14 @@ class CMAES(PopulationAlgorithm):
         if getattr(strategy.sm, "randn", randn) is not randn:
             # When CMA_diagonal runs out, cma replaces its sampler with one drawing from numpy's global generator.
             strategy.sm.randn = randn
-        sigma = float(strategy.sigma)
         if strategy.stop() and self.n_restarts < self.restarts:
             self.n_restarts += 1
             pop_size = round(strategy.popsize * self.incpopsize)
             mean = self._strategy_mean(strategy)
             strategy = self.strategy = self._new_strategy(mean, pop_size, strategy.opts["randn"])
         self.policy.load_from_vector(self._strategy_mean(strategy))
-        return {
-            "train/sigma": sigma,
+        return {  # the strategy of the next round
+            "train/sigma": float(strategy.sigma),
             "train/pop_size": float(strategy.popsize),
             "train/restarts": float(self.n_restarts),
             "train/best_return": float(returns.max()),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 
@@ -52,3 +54,29 @@ def test_the_end_of_cma_diagonal_does_not_touch_numpy_global_generator():
     np.random.seed(2)  # a different global state: the same run
     run_rounds(other, 6)
     np.testing.assert_array_equal(model.ask(), other.ask())
+
+
+def test_a_stopped_strategy_restarts_from_its_mean_with_a_larger_population():
+    # A flat fitness stops cma at once (tolflatfitness=1): each round then restarts while restarts are left.
+    model = make_model(CMAES, pop_size=4, restarts=2, incpopsize=1.5, cma_options={"tolflatfitness": 1})
+    logged, restarts_seen = [], 0
+    for _ in range(4):
+        candidates = model.ask()
+        stopping = copy.deepcopy(model.strategy)
+        stopping.tell(list(candidates.astype(np.float64)), [0.0] * len(candidates))
+        statistics = model.tell(np.zeros(len(candidates)))
+        logged.append((len(candidates), statistics["train/pop_size"], statistics["train/restarts"]))
+        if model.strategy.countiter == 0:  # a new strategy: from the stopped one's mean, with sigma0
+            np.testing.assert_allclose(model.policy.parameters_to_vector(), stopping.result.xfavorite, rtol=1e-6)
+            assert statistics["train/sigma"] == model.sigma0
+            restarts_seen += 1
+    assert restarts_seen == 2
+    assert logged == [(4, 6.0, 1.0), (6, 9.0, 2.0), (9, 9.0, 2.0), (9, 9.0, 2.0)]
+
+
+def test_cma_options_turn_cma_output_on_and_cannot_set_the_population_size():
+    model = make_model(CMAES, cma_options={"verb_disp": 5, "verbose": 1})
+    assert (model.strategy.opts["verb_disp"], model.strategy.opts["verbose"]) == (5, 1)
+    assert make_model(CMAES).strategy.opts["verb_disp"] == 0  # off by default
+    with pytest.raises(ValueError, match="cma_options must not set 'popsize_factor': use the pop_size argument"):
+        make_model(CMAES, pop_size=4, cma_options={"popsize_factor": 3})

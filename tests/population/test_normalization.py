@@ -136,7 +136,7 @@ def test_statistics_with_inertia_weigh_the_ones_in_use_w_times_when_a_round_is_a
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"normalization_inertia": 0.0}, "normalization_inertia must be a positive number, got 0.0"),
+        ({"normalization_inertia": 0.0}, "normalization_inertia must be finite and > 0, got 0.0"),
         ({"normalization_inertia": float("inf")}, "normalization_inertia must be finite and > 0, got inf"),
         (
             {"normalization_inertia": 3.0, "normalization_update_interval": 2},
