@@ -6,6 +6,7 @@ import io
 import pathlib
 import sys
 import time
+import warnings
 from abc import abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -49,7 +50,8 @@ def check_population_size(pop_size: Any, *, even: bool = False, name: str = "pop
 def check_interaction_budget(num_interactions: Any, popsize_max: Any) -> None:
     """
     :param num_interactions: Env steps a round must reach before its update, or None.
-    :param popsize_max: The most candidates a round grows to, or None (needs ``num_interactions``).
+    :param popsize_max: The number of candidates at which a round stops growing, or None (needs
+        ``num_interactions``).
     :raises TypeError: if either is neither an int nor None.
     :raises ValueError: if either is below 1, or ``popsize_max`` is given alone.
     """
@@ -195,7 +197,7 @@ class PopulationAlgorithm(BaseAlgorithm):
         are sampled until they do), or None for rounds of one batch.
     :param popsize_max: The number of candidates at which a round stops growing, or None for no bound.
     :param policy_kwargs: Keyword arguments passed to the policy on creation.
-    :param stats_window_size: Window size of the episode statistics buffer (``ep_info_buffer``).
+    :param stats_window_size: How many recent episodes ``rollout/ep_rew_mean`` and ``ep_len_mean`` average.
     :param tensorboard_log: The log location for TensorBoard (if None, no logging).
     :param seed: Seed for the pseudo random generators.
     :param verbose: Verbosity level: 0 no output, 1 info, 2 debug.
@@ -446,7 +448,7 @@ class PopulationAlgorithm(BaseAlgorithm):
             )
         else:
             counts = _one_per_candidate("interactions", interactions, pop_size)
-            if not (np.all(counts >= 0) and np.array_equal(counts, np.round(counts))):
+            if not (np.all(np.isfinite(counts) & (counts >= 0)) and np.array_equal(counts, np.round(counts))):
                 raise ValueError(f"interactions must be non-negative whole numbers, got {counts.tolist()}")
             steps = int(counts.sum())
         return self._tell(values, steps, [])
@@ -540,6 +542,13 @@ class PopulationAlgorithm(BaseAlgorithm):
         vec_normalize = self._vec_normalize_env
         if vec_normalize is None:
             return super()._setup_learn(total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar)
+        if vec_normalize.norm_reward:
+            warnings.warn(
+                "the env's VecNormalize has norm_reward=True, which population methods do not use: candidates are "
+                "ranked by their raw episode returns (VecNormalize(env, norm_reward=False) says so)",
+                UserWarning,
+                stacklevel=3,
+            )
         obs_rms = _get_obs_rms(vec_normalize).copy()
         result = super()._setup_learn(total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar)
         _set_obs_rms(vec_normalize, obs_rms)
@@ -662,8 +671,9 @@ class PopulationAlgorithm(BaseAlgorithm):
                 return False
         callback.on_rollout_end()
 
-        self.logger.record("rollout/ep_rew_mean", safe_mean([episode[2] for episode in evaluated.episodes]))
-        self.logger.record("rollout/ep_len_mean", safe_mean([episode[3] for episode in evaluated.episodes]))
+        assert self.ep_info_buffer is not None  # set up by learn()
+        self.logger.record("rollout/ep_rew_mean", safe_mean([info["r"] for info in self.ep_info_buffer]))
+        self.logger.record("rollout/ep_len_mean", safe_mean([info["l"] for info in self.ep_info_buffer]))
         interactions = evaluated.candidate_interactions
         for key, value in self.tell(evaluated.candidate_returns, interactions).items():
             self.logger.record(key, value)
@@ -717,6 +727,12 @@ class PopulationAlgorithm(BaseAlgorithm):
                 for episode_index, (episode_return, episode_length) in enumerate(
                     zip(episode_returns.tolist(), episode_lengths.astype(int).tolist(), strict=True)
                 )
+            )
+        not_finite = np.flatnonzero(~np.isfinite(candidate_returns))
+        if not_finite.size:  # raised before any count or callback moves: a later learn() evaluates the batch again
+            raise ValueError(
+                f"the episodes of candidates {(first_index + not_finite).tolist()} have NaN or infinite returns: "
+                "the env's rewards must be finite"
             )
         return candidate_returns, candidate_interactions, episodes
 

@@ -34,7 +34,7 @@ class CEM(PopulationAlgorithm):
     :param alive_bonus_offset: Constant added to the reward at each step, used to cancel out alive bonuses.
     :param n_eval_episodes: Number of episodes to evaluate each candidate.
     :param policy_kwargs: Keyword arguments to pass to the policy on creation.
-    :param stats_window_size: Window size of the episode statistics buffer (``ep_info_buffer``).
+    :param stats_window_size: How many recent episodes ``rollout/ep_rew_mean`` and ``ep_len_mean`` average.
     :param tensorboard_log: The log location for TensorBoard (if None, no logging).
     :param seed: Random seed for the training.
     :param verbose: Verbosity level: 0 no output, 1 info, 2 debug.

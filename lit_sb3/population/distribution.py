@@ -34,7 +34,7 @@ def population_size(popsize: int | None, pop_size: int | None, *, even: bool = F
 
 def check_budget_bound(popsize_max: int | None, pop_size: int) -> None:
     """
-    :param popsize_max: The most candidates a round grows to, or None.
+    :param popsize_max: The number of candidates at which a round stops growing, or None.
     :param pop_size: The candidates of one batch.
     :raises ValueError: if a single batch is already larger than ``popsize_max``.
     """

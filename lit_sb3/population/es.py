@@ -28,9 +28,9 @@ class ES(PopulationAlgorithm):
     ``optimizer_kwargs={"momentum": 0.9}`` for plain SGD with momentum; ``"clipup"`` for
     :class:`~lit_sb3.population.optimizers.ClipUp`) steps the policy parameters along it, with L2 weight decay.
     Ranks make the update independent of the scale of the returns; Adam makes the step length mostly independent
-    of ``sigma`` and of the number of parameters; ClipUp makes it exactly ``learning_rate`` per round (normalised
-    gradient), with momentum, and bounds the velocity by its ``max_speed`` (``optimizer_kwargs={"max_speed": ...}``,
-    by default twice the learning rate).
+    of ``sigma`` and of the number of parameters; ClipUp adds ``learning_rate`` times the normalised gradient to
+    a velocity with momentum and steps by the velocity, whose norm it bounds by ``max_speed``
+    (``optimizer_kwargs={"max_speed": ...}``, by default twice the learning rate).
 
     :param policy: The policy to train: "LinearPolicy", "MlpPolicy" or a policy class.
     :param env: The environment to train on (if registered in Gymnasium, can be str).
@@ -45,7 +45,7 @@ class ES(PopulationAlgorithm):
     :param alive_bonus_offset: Constant added to the reward at each step, used to cancel out alive bonuses.
     :param n_eval_episodes: Number of episodes to evaluate each candidate.
     :param policy_kwargs: Keyword arguments to pass to the policy on creation.
-    :param stats_window_size: Window size of the episode statistics buffer (``ep_info_buffer``).
+    :param stats_window_size: How many recent episodes ``rollout/ep_rew_mean`` and ``ep_len_mean`` average.
     :param tensorboard_log: The log location for TensorBoard (if None, no logging).
     :param seed: Random seed for the training.
     :param verbose: Verbosity level: 0 no output, 1 info, 2 debug.

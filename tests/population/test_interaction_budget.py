@@ -82,6 +82,8 @@ def test_ask_tell_with_a_budget_takes_each_batchs_interactions():
         model.tell(np.arange(8.0), [10] * 7)
     with pytest.raises(ValueError, match="interactions must be non-negative whole numbers"):
         model.tell(np.arange(8.0), [10.5] * 8)
+    with pytest.raises(ValueError, match="interactions must be non-negative whole numbers"):
+        model.tell(np.arange(8.0), [np.inf] * 8)
     assert model.tell(np.arange(8.0), [10] * 8) == {}  # 80 steps: the round goes on, nothing is updated
     np.testing.assert_array_equal(model.policy.parameters_to_vector(), weights_before)
     second = model.ask()

@@ -125,3 +125,31 @@ def test_ars_has_the_arguments_and_defaults_of_sb3_contrib_ars():
     reference = sb3_contrib.ARS("MlpPolicy", "Pendulum-v1", **config)
     assert model.policy.state_dict().keys() == reference.policy.state_dict().keys()
     model.learn(200)
+
+
+class NaNRewards(gym.Wrapper):
+    """An env whose rewards are NaN while ``broken`` is set."""
+
+    broken = False
+
+    def step(self, action):
+        observation, reward, terminated, truncated, info = self.env.step(action)
+        return observation, float("nan") if NaNRewards.broken else reward, terminated, truncated, info
+
+
+def nan_rewards_cartpole() -> DummyVecEnv:
+    return DummyVecEnv([lambda: NaNRewards(gym.make("CartPole-v1", max_episode_steps=50))])
+
+
+def test_nan_rewards_are_named_and_the_batch_is_evaluated_again_once_fixed(monkeypatch):
+    model = make_model(CEM, env=nan_rewards_cartpole())
+    monkeypatch.setattr(NaNRewards, "broken", True)
+    with pytest.raises(ValueError, match=r"the episodes of candidates \[0, 1, 2, 3, 4, 5, 6, 7\] have NaN or infinite"):
+        model.learn(300)
+    assert model.num_timesteps == 0 and model._n_updates == 0 and not model.ep_info_buffer
+    monkeypatch.setattr(NaNRewards, "broken", False)
+    model.learn(300)
+    reference = make_model(CEM, env=nan_rewards_cartpole())
+    reference.learn(300)
+    assert model.num_timesteps == reference.num_timesteps and model._n_updates == reference._n_updates > 0
+    np.testing.assert_array_equal(model.policy.parameters_to_vector(), reference.policy.parameters_to_vector())

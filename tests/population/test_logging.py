@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import csv
 
+import numpy as np
 import pytest
 from stable_baselines3.common.logger import configure
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from lit_sb3.population import ARS, CEM, CMAES, ES, PGPE, SNES, XNES
-from population.helpers import ALGORITHMS, RoundEnds, make_model
+from population.helpers import ALGORITHMS, EpisodeRecorder, RoundEnds, make_model
 
 COMMON_KEYS = {
     "rollout/ep_rew_mean",
@@ -64,3 +65,15 @@ def test_tensorboard_log_has_the_keys_at_the_timesteps_of_the_rounds(algorithm, 
     expected = {"rollout/ep_rew_mean", "rollout/return_std", "time/fps"} | OWN_KEYS[algorithm]
     assert expected <= set(events.Tags()["scalars"])
     assert [event.step for event in events.Scalars("rollout/ep_rew_mean")] == rounds.timesteps
+
+
+def test_ep_rew_mean_averages_the_last_stats_window_size_episodes_as_in_stable_baselines3(tmp_path):
+    model = make_model(ARS, stats_window_size=5)  # rounds of 8 episodes
+    recorder = EpisodeRecorder()
+    model.set_logger(configure(str(tmp_path), ["csv"]))
+    model.learn(500, callback=recorder)
+    with open(tmp_path / "progress.csv") as progress:
+        last_row = list(csv.DictReader(progress))[-1]
+    last_episodes = [step["infos"][0]["episode"] for step in recorder.steps[-5:]]
+    assert float(last_row["rollout/ep_rew_mean"]) == pytest.approx(np.mean([episode["r"] for episode in last_episodes]))
+    assert float(last_row["rollout/ep_len_mean"]) == pytest.approx(np.mean([episode["l"] for episode in last_episodes]))

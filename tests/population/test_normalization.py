@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -177,3 +179,15 @@ def test_vec_normalize_on_one_side_only_is_an_error():
         pytest.raises(ValueError, match="async_eval's environments are not"),
     ):
         make_model(ARS, env=normalized_pendulum_vec_env()).learn(100, async_eval=plain_workers)
+
+
+def test_reward_normalisation_is_not_used_and_a_warning_says_so():
+    env = VecNormalize(DummyVecEnv([lambda: gym.make("Pendulum-v1", max_episode_steps=20)]))  # norm_reward=True
+    model = make_model(ARS, env=env)
+    with pytest.warns(UserWarning, match="VecNormalize has norm_reward=True, which population methods do not use"):
+        model.learn(200)
+    assert env.obs_rms.count > 100  # the observations are normalised
+    assert env.ret_rms.count == pytest.approx(1e-4)  # the returns never are: ranked raw
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        make_model(ARS, env=normalized_pendulum_vec_env()).learn(200)  # norm_reward=False: no warning
