@@ -80,8 +80,7 @@ class ES(PopulationAlgorithm):
         check_population_size(pop_size, even=True)
         optimizer_class = resolve_optimizer("optimizer_class", optimizer_class)
         check_scale("weight_decay", weight_decay, allow_zero=True)
-        if optimizer_kwargs is not None:
-            check_settings("optimizer_kwargs", optimizer_kwargs)
+        check_settings("optimizer_kwargs", optimizer_kwargs)
         super().__init__(
             policy,
             env,

@@ -60,7 +60,7 @@ def shape_returns(returns: np.ndarray, ranking: Ranking) -> np.ndarray:
     if ranking == "nes":
         return nes_utilities(returns)
     if ranking == "normalized":
-        std = returns.std(ddof=1) if returns.size > 1 else 0.0
+        std = returns.std(ddof=1)
         return (returns - returns.mean()) / std if std > 0.0 else np.zeros_like(returns)
     return returns.astype(np.float64, copy=True)
 
