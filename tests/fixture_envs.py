@@ -106,6 +106,36 @@ class BrokenEnv(gym.Env):
         raise RuntimeError("this environment cannot be built")
 
 
+class LivesWrapper(gym.Wrapper):
+    """
+    Ends a "life" every ``life_length`` steps and scales rewards by ``reward_scale``, as Atari's ``EpisodicLifeEnv``
+    and reward wrappers do outside a ``Monitor``: a reset without a seed after a lost life goes on from the last
+    observation.
+    """
+
+    def __init__(self, env: gym.Env, life_length: int = 5, reward_scale: float = 10.0) -> None:
+        super().__init__(env)
+        self.life_length = life_length
+        self.reward_scale = reward_scale
+        self._steps = 0
+        self._real_done = True
+        self._last_observation: Any = None
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict]:
+        self._steps = 0
+        if self._real_done or kwargs.get("seed") is not None:
+            self._last_observation, info = self.env.reset(**kwargs)
+            return self._last_observation, info
+        return self._last_observation, {}
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        self._last_observation, reward, terminated, truncated, info = self.env.step(action)
+        self._real_done = terminated or truncated
+        self._steps += 1
+        life_lost = self._steps == self.life_length
+        return self._last_observation, self.reward_scale * float(reward), terminated or life_lost, truncated, info
+
+
 def scalar_vec_env(n_envs: int = 1, normalize: bool = False, **kwargs: Any) -> DummyVecEnv | VecNormalize:
     """
     :param n_envs: Sub-environments.

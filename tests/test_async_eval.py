@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch as th
 from sb3_contrib.ars.policies import LinearPolicy
+from stable_baselines3 import PPO
 from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.monitor import Monitor
+from stable_baselines3.common.vec_env import DummyVecEnv, VecFrameStack
 
-from fixture_envs import scalar_vec_env
+from fixture_envs import LivesWrapper, ScalarEnv, scalar_vec_env
 from lit_sb3 import AsyncEval
 from lit_sb3.vec_env.candidate_eval import InProcessEval
 
@@ -100,6 +104,36 @@ def test_options_reach_every_reset_from_the_next_round(scalar_policy: LinearPoli
         assert len(np.unique(returns)) > 1  # random starts again
 
 
+def test_gsde_policies_are_evaluated(scalar_policy: LinearPolicy) -> None:
+    """A gSDE policy holds sampled noise tensors that cannot be deep-copied: the evaluators rebuild it."""
+    model = PPO("MlpPolicy", "Pendulum-v1", use_sde=True, n_steps=32, batch_size=32, n_epochs=1, seed=0)
+    model.learn(32)
+    weights = random_population(model.policy, 3, scale=0.1)
+    outcomes = []
+    for evaluator in [InProcessEval(model.get_env(), model.policy), AsyncEval([_pendulum] * 2, model.policy)]:
+        with evaluator:
+            evaluator.seed(0)
+            outcomes.append(as_arrays(evaluate(evaluator, weights, 3)))
+    np.testing.assert_array_equal(outcomes[0][0], outcomes[1][0])
+
+
+def _pendulum() -> gym.Env:
+    return Monitor(gym.make("Pendulum-v1"))  # as PPO wraps its env: the returns are the Monitor's
+
+
+def test_in_process_evaluation_reads_the_weights_when_they_are_sent(scalar_policy: LinearPolicy) -> None:
+    """Changing the array after send_jobs() changes nothing, as with workers (the weights are copied)."""
+    weights = random_population(scalar_policy, 4)
+    with InProcessEval(scalar_vec_env(), scalar_policy) as ie:
+        ie.seed(2)
+        expected = as_arrays(evaluate(ie, weights, 4))
+        for changed in [weights.copy(), th.as_tensor(weights.copy())]:
+            ie.seed(2)
+            ie.send_jobs(changed, 4)
+            changed[:] = 0.0
+            np.testing.assert_array_equal(as_arrays(ie.get_results())[0], expected[0])
+
+
 def test_pool_is_reusable_across_rounds_and_population_sizes(scalar_policy: LinearPolicy) -> None:
     with AsyncEval([scalar_vec_env] * 2, scalar_policy) as ae:
         for round_index, pop_size in enumerate([4, 16, 2, 16, 9]):
@@ -120,6 +154,29 @@ def test_batched_gymnasium_and_pendulum_paths_agree(scalar_policy: LinearPolicy)
             outcomes.append(as_arrays(evaluate(ae, weights, 8)))
     np.testing.assert_array_equal(outcomes[0][0], outcomes[1][0])
     assert np.all(outcomes[0][1] == 200)
+
+
+@pytest.mark.parametrize("stacked", [False, True], ids=["env-list", "vec-env"])
+def test_episodes_are_the_monitors_as_sb3_contrib_counts_them(scalar_policy: LinearPolicy, stacked: bool) -> None:
+    """Wrappers outside the Monitor that end lives and scale rewards change neither returns nor lengths."""
+
+    def outcome(make_env: Callable[[], gym.Env], monitored: bool) -> tuple[np.ndarray, np.ndarray]:
+        env = DummyVecEnv([make_env] * 2)
+        with InProcessEval(VecFrameStack(env, n_stack=1) if stacked else env, scalar_policy, n_eval_episodes=2) as ie:
+            assert list(ie._evaluator.slots.monitored) == [monitored] * 2
+            ie.seed(4)
+            return as_arrays(evaluate(ie, random_population(scalar_policy, 3), 3))
+
+    returns, lengths = outcome(lambda: Monitor(ScalarEnv(length=12)), True)
+    wrapped = outcome(lambda: LivesWrapper(Monitor(ScalarEnv(length=12)), life_length=5, reward_scale=10.0), True)
+    np.testing.assert_array_equal(wrapped[0], returns)
+    np.testing.assert_array_equal(wrapped[1], lengths)
+    assert np.all(lengths == 12)
+    # Without a Monitor every end counts, with the rewards the outer wrapper gives: the first life of 5 steps.
+    lives_returns, lives_lengths = outcome(lambda: LivesWrapper(ScalarEnv(length=12), 5, 10.0), False)
+    first_life_returns, _ = outcome(lambda: Monitor(ScalarEnv(length=5)), True)
+    assert np.all(lives_lengths == 5)
+    np.testing.assert_allclose(lives_returns, 10.0 * first_life_returns, rtol=1e-6)
 
 
 def _pendulum_spaces() -> tuple:

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import types
 from collections.abc import Iterator
@@ -266,6 +267,11 @@ BAD_CONSTRUCTION = [
     ),
     ({"backend": "threads", "start_method": "spawn"}, ValueError, "start_method is for backend='local' only"),
     ({"ray_address": "auto"}, ValueError, "ray_address and worker_resources need backend='ray'"),
+    (
+        {"envs_fn": [functools.partial(scalar_vec_env, marker=threading.Lock())]},
+        TypeError,
+        r"envs_fn\[0\] cannot be pickled to send it to its worker: cannot pickle '_thread.lock'",
+    ),
     ({"worker_resources": {"num_cpus": 1}}, ValueError, "ray_address and worker_resources need backend='ray'"),
 ]
 
@@ -430,3 +436,24 @@ def test_ctrl_c_during_get_results_leaves_the_pool_closable(tmp_path: Path) -> N
     assert out.split() == ["interrupted", "closed"], err
     assert process.returncode == 0
     assert not any(psutil.pid_exists(pid) for pid in pids)
+
+
+def test_an_evaluator_dropped_without_close_stops_its_workers_and_frees_shared_memory(
+    scalar_policy: LinearPolicy,
+) -> None:
+    import gc
+
+    def own_segments() -> set[str]:
+        return {name for name in os.listdir("/dev/shm") if f"_{os.getpid()}_" in name}
+
+    segments_before = own_segments()
+    ae = AsyncEval([scalar_vec_env] * 2, scalar_policy)
+    ae.send_jobs(np.zeros((4, 2), np.float32), 4)
+    ae.get_results()
+    workers = [psutil.Process(pid) for pid in worker_pids(ae)]
+    assert own_segments() > segments_before
+    del ae
+    gc.collect()
+    _, alive = psutil.wait_procs(workers, timeout=10)
+    assert not alive
+    assert own_segments() == segments_before

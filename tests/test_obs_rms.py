@@ -141,10 +141,19 @@ def test_normalisation_is_frozen_within_a_round_and_merged_in_candidate_order(sc
     outcomes = []
     with InProcessEval(env_fn(), scalar_policy, n_eval_episodes=2) as in_process:
         outcomes.append(run_normalised_rounds(in_process, weights))
-    for n_workers, n_envs, chunk_size in [(1, 1, None), (2, 1, None), (2, 3, 1)]:
+    for n_workers, n_envs, chunk_size, backend in [(1, 1, None, None), (2, 1, None, None), (2, 3, 1, "threads")]:
         worker_env_fn = functools.partial(env_fn, n_envs=n_envs)
-        with AsyncEval([worker_env_fn] * n_workers, scalar_policy, n_eval_episodes=2, chunk_size=chunk_size) as ae:
+        with AsyncEval(
+            [worker_env_fn] * n_workers, scalar_policy, n_eval_episodes=2, chunk_size=chunk_size, backend=backend
+        ) as ae:
             outcomes.append(run_normalised_rounds(ae, weights))
+            # Snapshots, also from threads of this process: the next round changes none of them, nor what was synced.
+            snapshots = [*ae.get_obs_rms(), *ae.synced_obs_rms, outcomes[-1][1][-1]]
+            counts = [rms.count for rms in snapshots]
+            ae.send_jobs(weights, len(weights))
+            ae.get_results()
+            assert all(rms.count > counts[0] for rms in ae.get_obs_rms())
+            assert [rms.count for rms in snapshots] == counts
     reference_returns, reference_merged = outcomes[0]
     for returns, merged in outcomes[1:]:
         np.testing.assert_array_equal(returns, reference_returns)
@@ -201,3 +210,34 @@ def test_episodes_of_a_dead_worker_are_counted_once_when_rerun(scalar_policy: Li
     assert merged[0].count == merged[1].count > 12 * 2
     np.testing.assert_array_equal(merged[0].mean, merged[1].mean)
     np.testing.assert_array_equal(merged[0].var, merged[1].var)
+
+
+def test_vec_normalize_without_observation_normalisation(scalar_policy: LinearPolicy) -> None:
+    """VecNormalize(norm_obs=False) keeps no observation statistics: the evaluators have none to give or take, the
+    returns are the original rewards', and the population methods train on it."""
+    from lit_sb3.population import ARS
+
+    def env_fn() -> VecEnv:
+        return VecNormalize(scalar_vec_env(n_envs=2), norm_obs=False, norm_reward=True)
+
+    weights = np.random.default_rng(2).normal(size=(4, 2)).astype(np.float32)
+    outcomes = []
+    for evaluator in [InProcessEval(env_fn(), scalar_policy), InProcessEval(scalar_vec_env(), scalar_policy)]:
+        with evaluator:
+            outcomes.append(run_rounds_without_statistics(evaluator, weights))
+    with AsyncEval([env_fn] * 2, scalar_policy) as ae:
+        outcomes.append(run_rounds_without_statistics(ae, weights))
+        assert ae.get_obs_rms() == [None, None]
+        with pytest.raises(ValueError, match="have no VecNormalize"):
+            ae.sync_obs_rms(RunningMeanStd(shape=(2,)))
+    for returns in outcomes[1:]:
+        np.testing.assert_array_equal(returns, outcomes[0])
+    with pytest.warns(UserWarning, match="norm_reward=True"):
+        model = ARS("LinearPolicy", env_fn(), n_delta=2, seed=0).learn(200)
+    assert model.num_timesteps >= 200 and model.exact_obs_rms is None
+
+
+def run_rounds_without_statistics(evaluator: CandidateEval, weights: np.ndarray) -> np.ndarray:
+    evaluator.seed(7)
+    evaluator.send_jobs(weights, len(weights))
+    return np.array([returns for _, (returns, _) in evaluator.get_results()])

@@ -15,7 +15,7 @@ from stable_baselines3.common.running_mean_std import RunningMeanStd
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecNormalize, unwrap_vec_normalize
 
 from lit_sb3.evaluation.normalization import FrozenNormalizer, ObservationNormalizer, WrappedNormalizer
-from lit_sb3.evaluation.obs_rms import ObsRms, check_same_statistics
+from lit_sb3.evaluation.obs_rms import ObsRms, check_same_statistics, copy_obs_rms
 from lit_sb3.evaluation.policy_kernels import make_batched_policy
 from lit_sb3.evaluation.seeding import episode_seed
 from lit_sb3.evaluation.slot_envs import SlotEnvError, make_slot_env, peel_monitors
@@ -110,17 +110,20 @@ class CandidateEvaluator(WorkerApp):
                 f"the environment's spaces (observation {observation_space}, action {action_space}) differ from the "
                 f"policy's (observation {policy.observation_space}, action {policy.action_space})"
             )
-        self.vec_normalize = unwrap_vec_normalize(env) if isinstance(env, VecEnv) else None
+        vec_normalize = unwrap_vec_normalize(env) if isinstance(env, VecEnv) else None
+        #: The ``VecNormalize`` whose observation statistics the worker keeps (None without ``norm_obs``).
+        self.vec_normalize = vec_normalize if vec_normalize is not None and vec_normalize.norm_obs else None
         self.normalizer: ObservationNormalizer | None = None
         outer = peel_monitors(env)
         if isinstance(outer, VecNormalize) and isinstance(observation_space, gym.spaces.Box):
             # Normalise here and step what is below the VecNormalize (as fast as without one).
-            self.normalizer = FrozenNormalizer(outer)
+            if outer.norm_obs:
+                self.normalizer = FrozenNormalizer(outer)
             self.slots = make_slot_env(outer.venv)
         else:
             if self.vec_normalize is not None:
                 self.normalizer = WrappedNormalizer(self.vec_normalize)
-            self.slots = make_slot_env(env, self.vec_normalize)
+            self.slots = make_slot_env(env, vec_normalize)
         self.policy = make_batched_policy(policy, self.slots.n_slots)
         self.n_eval_episodes = n_eval_episodes
         self.worker_index = worker_index
@@ -151,20 +154,23 @@ class CandidateEvaluator(WorkerApp):
     # ---------------------------------------------------------------------------------------- control methods
 
     def get_obs_rms(self) -> RunningMeanStd | dict[str, RunningMeanStd] | None:
-        """:return: The full observation statistics of the worker's ``VecNormalize``, if any."""
+        """:return: A copy of the full observation statistics of the worker's ``VecNormalize``, if any."""
         if self.normalizer is not None:
             self.normalizer.flush()
-        return None if self.vec_normalize is None else self.vec_normalize.obs_rms
+        return None if self.vec_normalize is None else copy_obs_rms(self.vec_normalize.obs_rms)
 
     def sync_obs_rms(self, obs_rms: RunningMeanStd | dict[str, RunningMeanStd]) -> None:
         """
-        :param obs_rms: Statistics replacing the worker's (used for normalisation from the next round on).
+        :param obs_rms: Statistics replacing the worker's (a copy of them, used for normalisation from the next
+            round on).
         """
         if self.vec_normalize is None:
             raise ValueError("sync_obs_rms: the worker's environment has no VecNormalize")
         check_same_statistics(obs_rms, self.vec_normalize.obs_rms)
-        self.get_obs_rms()  # what was collected before the sync belongs to the old statistics
-        self.vec_normalize.obs_rms = obs_rms  # type: ignore[assignment]  # SB3 annotates it as a dict only
+        if self.normalizer is not None:
+            self.normalizer.flush()  # what was collected before the sync belongs to the old statistics
+        # SB3 annotates obs_rms as a dict only; workers that are threads of one process share the object they get.
+        self.vec_normalize.obs_rms = copy_obs_rms(obs_rms)  # type: ignore[assignment]
 
     # ---------------------------------------------------------------------------------------------- tasks
 

@@ -144,8 +144,6 @@ class FrozenNormalizer(ObservationNormalizer):
     def normalize(self, observations: Any, slots: list[int]) -> Any:
         if self.collect:
             self._collect(observations, slots)
-        if not self.vec_normalize.norm_obs:
-            return observations
         clip = self.vec_normalize.clip_obs
         # VecNormalize's np.clip((obs - mean) / std, -clip, clip), in place: the same numbers, fewer temporaries.
         normalized = np.subtract(observations, self._mean)

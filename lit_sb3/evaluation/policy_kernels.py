@@ -258,7 +258,7 @@ class TorchPolicyCopies(BatchedPolicy):
 
     def __init__(self, policy: BasePolicy, n_slots: int) -> None:
         super().__init__(n_slots)
-        self._copies = [copy.deepcopy(policy) for _ in range(n_slots)]
+        self._copies = [cpu_copy(policy) for _ in range(n_slots)]
         for copied in self._copies:
             copied.set_training_mode(False)
         space = policy.action_space
@@ -391,10 +391,7 @@ class KernelProbe:
         :return: The probe, the same for every call (a fixed seed).
         """
         rng = np.random.default_rng(0)
-        try:
-            probe = copy.deepcopy(policy).to("cpu")
-        except RuntimeError:  # gSDE's sampled noise tensors cannot be deep-copied: rebuild the policy
-            probe = policy_copy(policy)
+        probe = cpu_copy(policy)
         probe.set_training_mode(False)
         weights = rng.normal(0.0, 0.5, sum(parameter.numel() for parameter in probe.parameters())).astype(np.float32)
         probe.load_from_vector(weights)
@@ -425,6 +422,18 @@ def policy_copy(policy: BasePolicy) -> BasePolicy:
     copied = type(policy)(**policy._get_constructor_parameters())
     copied.load_state_dict(policy.state_dict())
     return copied.to("cpu")
+
+
+def cpu_copy(policy: BasePolicy) -> BasePolicy:
+    """
+    :param policy: A policy.
+    :return: A deep copy of it on the CPU, or where a deep copy fails (on gSDE's sampled noise tensors) a
+        :func:`policy_copy`.
+    """
+    try:
+        return copy.deepcopy(policy).to("cpu")
+    except RuntimeError:
+        return policy_copy(policy)
 
 
 def module_sequence(module: nn.Module) -> list[nn.Module]:

@@ -13,6 +13,12 @@ Three ways to drive a vectorised environment, from the best to the most general:
   when a session starts, and a slot whose episode ends takes the next episode from the env's own autoreset. Fast,
   but an episode's start depends on what ran before it in the session: the evaluator makes each task a session of
   its own, so results depend on the chunk size and the number of sub-environments, not on the worker.
+
+An episode of a sub-environment wrapped in a ``Monitor`` is the Monitor's, as Stable-Baselines3's ``evaluate_policy``
+(and so sb3-contrib's ``AsyncEval``) counts it: it ends when the Monitor reports it (``info["episode"]``), with the
+Monitor's return (rounded to 6 decimals) and length. An end that a wrapper outside the Monitor signals alone (Atari's
+``EpisodicLifeEnv`` at a lost life) resets the sub-environment without a seed, as the ``VecEnv`` would, and the
+episode goes on; a wrapper outside the Monitor that changes rewards (``ClipRewardEnv``) does not change the returns.
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 from gymnasium.vector import VectorEnv as GymVectorEnv
+from stable_baselines3.common.env_util import is_wrapped
+from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecMonitor, VecNormalize
 
 
@@ -119,6 +127,8 @@ class EnvListSlots(SlotEnv):
     def __init__(self, envs: list[gym.Env]) -> None:
         super().__init__(len(envs), envs[0].observation_space, envs[0].action_space)
         self.envs = envs
+        #: Which environments have a ``Monitor`` (whose episodes count).
+        self.monitored = [is_wrapped(env, Monitor) for env in envs]
 
     def free_slots(self) -> list[int]:
         running = set(self.running_slots)
@@ -139,13 +149,20 @@ class EnvListSlots(SlotEnv):
         envs, observations, returns, lengths = self.envs, self.observations, self.episode_returns, self.episode_lengths
         for slot in self.running_slots:
             try:
-                observations[slot], reward, terminated, truncated, _ = envs[slot].step(actions[slot])
+                observations[slot], reward, terminated, truncated, info = envs[slot].step(actions[slot])
+                returns[slot] += float(reward)
+                lengths[slot] += 1
+                if not (terminated or truncated):
+                    continue
+                if not self.monitored[slot]:
+                    finished.append(slot)
+                elif "episode" in info:
+                    returns[slot], lengths[slot] = float(info["episode"]["r"]), int(info["episode"]["l"])
+                    finished.append(slot)
+                else:
+                    observations[slot], _ = envs[slot].reset()
             except (Exception, SystemExit) as exc:
                 raise SlotEnvError(slot) from exc
-            returns[slot] += float(reward)
-            lengths[slot] += 1
-            if terminated or truncated:
-                finished.append(slot)
         if finished:
             self.stop(finished)
         return finished
@@ -168,31 +185,40 @@ class _BatchSlots(SlotEnv):
             super().__init__(env.num_envs, env.single_observation_space, env.single_action_space)
         self.env = env
         self._original_reward = original_reward
+        #: Which sub-environments have a ``Monitor`` (whose episodes count); not looked for in gymnasium vector envs.
+        self.monitored = np.array(env.env_is_wrapped(Monitor) if isinstance(env, VecEnv) else [False] * env.num_envs)
         self.running = np.zeros(self.n_slots, dtype=bool)
         self.episode_returns = np.zeros(self.n_slots, np.float64)
         self.episode_lengths = np.zeros(self.n_slots, np.int64)
 
-    def _step_all(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Step every sub-environment; :return: rewards and episode ends."""
+    def _step_all(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, Any]:
+        """Step every sub-environment; :return: rewards, episode ends and infos."""
+        infos: Any
         try:
             if isinstance(self.env, VecEnv):
-                observations, rewards, dones, _ = self.env.step(actions)
+                observations, rewards, dones, infos = self.env.step(actions)
                 if self._original_reward is not None:
                     rewards = self._original_reward.get_original_reward()
             else:
-                observations, rewards, terminations, truncations, _ = self.env.step(actions)
+                observations, rewards, terminations, truncations, infos = self.env.step(actions)
                 dones = np.logical_or(terminations, truncations)
         except (Exception, SystemExit) as exc:
             raise SlotEnvError(None) from exc
         self._store(observations)
-        return np.asarray(rewards, np.float64), np.asarray(dones, bool)
+        return np.asarray(rewards, np.float64), np.asarray(dones, bool), infos
 
-    def _count(self, rewards: np.ndarray, dones: np.ndarray) -> list[int]:
+    def _count(self, rewards: np.ndarray, dones: np.ndarray, infos: Any) -> list[int]:
         """Add the step to the running episodes; :return: those that ended."""
         running = self.running
         self.episode_returns += np.where(running, rewards, 0.0)
         self.episode_lengths += running
         ended = running & dones
+        for slot in np.flatnonzero(ended & self.monitored):
+            episode = infos[slot].get("episode")
+            if episode is None:
+                ended[slot] = False  # only a part of the Monitor's episode ended (the VecEnv reset it)
+            else:
+                self.episode_returns[slot], self.episode_lengths[slot] = episode["r"], episode["l"]
         if not ended.any():
             return []
         running &= ~ended
@@ -294,8 +320,8 @@ class AutoresetSlots(_BatchSlots):
             self._run(slots)
 
     def step(self, actions: np.ndarray) -> list[int]:
-        rewards, dones = self._step_all(actions)
-        finished = self._count(rewards, dones)
+        rewards, dones, infos = self._step_all(actions)
+        finished = self._count(rewards, dones, infos)
         # A sub-environment that ended resets on this step (same-step) or the next (next-step): either way its next
         # episode is fresh only for one step; left unassigned it runs an episode nobody counts.
         self._fresh[:] = False

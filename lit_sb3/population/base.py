@@ -308,13 +308,13 @@ class PopulationAlgorithm(BaseAlgorithm):
 
     def _restore_obs_rms(self) -> None:
         """Copy the kept observation statistics into the environment's ``VecNormalize``, if both exist."""
-        if self._saved_obs_rms is not None and self._vec_normalize_env is not None:
-            _set_obs_rms(self._vec_normalize_env, self._saved_obs_rms.copy())
+        if self._saved_obs_rms is not None and self._obs_normalize_env is not None:
+            _set_obs_rms(self._obs_normalize_env, self._saved_obs_rms.copy())
 
     def _store_obs_rms(self) -> None:
         """Keep a copy of the model's observation statistics, if its environment has them."""
-        if self._vec_normalize_env is not None:
-            self._saved_obs_rms = _get_obs_rms(self._vec_normalize_env).copy()
+        if self._obs_normalize_env is not None:
+            self._saved_obs_rms = _get_obs_rms(self._obs_normalize_env).copy()
 
     def set_parameters(
         self,
@@ -341,6 +341,12 @@ class PopulationAlgorithm(BaseAlgorithm):
         weights follows them here."""
 
     @property
+    def _obs_normalize_env(self) -> VecNormalize | None:
+        """The env's ``VecNormalize`` if it normalises observations (its statistics are the model's), else None."""
+        vec_normalize = self._vec_normalize_env
+        return vec_normalize if vec_normalize is not None and vec_normalize.norm_obs else None
+
+    @property
     def exact_obs_rms(self) -> RunningMeanStd | None:
         """
         The observation statistics of every evaluated observation, each counted once: those of the ``VecNormalize``,
@@ -349,7 +355,7 @@ class PopulationAlgorithm(BaseAlgorithm):
         """
         if self._exact_obs_rms is not None:
             return self._exact_obs_rms
-        return None if self._vec_normalize_env is None else _get_obs_rms(self._vec_normalize_env)
+        return None if self._obs_normalize_env is None else _get_obs_rms(self._obs_normalize_env)
 
     @property
     def n_params(self) -> int:
@@ -539,16 +545,16 @@ class PopulationAlgorithm(BaseAlgorithm):
     ) -> tuple[int, BaseCallback]:
         # The environment reset done here yields an observation no population method uses: keep it out of the
         # normalisation statistics, so that a run does not depend on how many learn() calls it took.
-        vec_normalize = self._vec_normalize_env
-        if vec_normalize is None:
-            return super()._setup_learn(total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar)
-        if vec_normalize.norm_reward:
+        if self._vec_normalize_env is not None and self._vec_normalize_env.norm_reward:
             warnings.warn(
                 "the env's VecNormalize has norm_reward=True, which population methods do not use: candidates are "
                 "ranked by their raw episode returns (VecNormalize(env, norm_reward=False) says so)",
                 UserWarning,
                 stacklevel=3,
             )
+        vec_normalize = self._obs_normalize_env
+        if vec_normalize is None:
+            return super()._setup_learn(total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar)
         obs_rms = _get_obs_rms(vec_normalize).copy()
         result = super()._setup_learn(total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar)
         _set_obs_rms(vec_normalize, obs_rms)
@@ -590,7 +596,7 @@ class PopulationAlgorithm(BaseAlgorithm):
         if self._resumes_round(evaluator):
             return  # the workers run the batch with the statistics it was sent with, the model's since then
         workers_normalize = any(obs_rms is not None for obs_rms in evaluator.synced_obs_rms)
-        if self._vec_normalize_env is None:
+        if self._obs_normalize_env is None:
             if workers_normalize:
                 raise ValueError(
                     "async_eval's environments are wrapped in VecNormalize but the model's env is not: "
@@ -602,10 +608,10 @@ class PopulationAlgorithm(BaseAlgorithm):
                 "the model's env is wrapped in VecNormalize but async_eval's environments are not: "
                 "wrap both, or neither"
             )
-        evaluator.sync_obs_rms(_get_obs_rms(self._vec_normalize_env))
+        evaluator.sync_obs_rms(_get_obs_rms(self._obs_normalize_env))
 
     def _merge_observation_statistics(self, evaluator: CandidateEval) -> None:
-        if self._vec_normalize_env is None:
+        if self._obs_normalize_env is None:
             return
         # Based on the exact statistics, or by default the last synced ones (never on the env's: in-process, the
         # evaluator updated those in place, so basing on them would count the round twice).
@@ -613,7 +619,7 @@ class PopulationAlgorithm(BaseAlgorithm):
         in_use = self._normalization_statistics(exact, cast(RunningMeanStd, evaluator.synced_obs_rms[0]))
         self._exact_obs_rms = None if in_use is exact else exact
         evaluator.sync_obs_rms(in_use)
-        _set_obs_rms(self._vec_normalize_env, in_use)
+        _set_obs_rms(self._obs_normalize_env, in_use)
 
     def _normalization_statistics(self, exact: RunningMeanStd, in_use: RunningMeanStd) -> RunningMeanStd:
         """

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import copy
 import functools
 import math
+import weakref
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from typing import Any
 
+import cloudpickle
 import numpy as np
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.vec_env import VecEnv
@@ -16,7 +17,9 @@ from stable_baselines3.common.vec_env import VecEnv
 from lit_sb3.checks import check_non_negative_int, check_positive_int, check_positive_number
 from lit_sb3.evaluation.evaluator import CandidateEvaluator, RoundSpec
 from lit_sb3.evaluation.monitor_history import BoundedMonitorHistory
+from lit_sb3.evaluation.policy_kernels import cpu_copy
 from lit_sb3.vec_env.candidate_eval import CandidateEval, ChunkResult
+from lit_sb3.workers.arrays import ArrayPublisher
 from lit_sb3.workers.backend import WorkerHandle
 from lit_sb3.workers.choice import BackendChoice, BackendSpelling
 from lit_sb3.workers.pool import WorkerPool
@@ -97,6 +100,10 @@ class AsyncEval(CandidateEval):
         for index, env_fn in enumerate(envs_fn):
             if not callable(env_fn):
                 raise TypeError(f"envs_fn[{index}] must be callable (returning a VecEnv), got {type(env_fn)!r}")
+            try:
+                cloudpickle.dumps(env_fn)
+            except Exception as error:
+                raise TypeError(f"envs_fn[{index}] cannot be pickled to send it to its worker: {error}") from error
         super().__init__(train_policy, n_eval_episodes, n_workers=len(envs_fn))
         if chunk_size is not None:
             check_positive_int("chunk_size", chunk_size)
@@ -106,8 +113,8 @@ class AsyncEval(CandidateEval):
         workers = BackendChoice.parse(
             backend, start_method=start_method, ray_address=ray_address, worker_resources=worker_resources
         )
+        policy = cpu_copy(train_policy)
         chosen_backend = workers.build(preload=[CandidateEvaluator.__module__])
-        policy = copy.deepcopy(train_policy).to("cpu")
         self.chunk_size = chunk_size
         self._pool = WorkerPool(
             [
@@ -122,6 +129,8 @@ class AsyncEval(CandidateEval):
         self._synced_obs_rms = [description["obs_rms"] for description in self._pool.descriptions]
         self._population = chosen_backend.array_publisher()
         self._pending: Future | None = None
+        # Dropped without close(), it still stops its workers and frees its shared memory when collected.
+        self._release = weakref.finalize(self, _release, self._pool, self._population)
 
     @property
     def remotes(self) -> list[WorkerHandle | None]:
@@ -176,6 +185,10 @@ class AsyncEval(CandidateEval):
         self._pool.call_all("sync_obs_rms", [(obs_rms,)] * self.n_workers, sticky=True)
 
     def _close(self) -> None:
-        self._pool.close()
+        self._release()
         self._pending = None
-        self._population.close()
+
+
+def _release(pool: WorkerPool, population: ArrayPublisher) -> None:
+    pool.close()
+    population.close()

@@ -3,7 +3,6 @@ checks, seeding, reset options, rounds and observation statistics."""
 
 from __future__ import annotations
 
-import copy
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from types import TracebackType
@@ -19,6 +18,7 @@ from stable_baselines3.common.vec_env import VecEnv
 from lit_sb3.checks import check_non_negative_int, check_positive_int
 from lit_sb3.evaluation.evaluator import CandidateEvaluator, RoundSpec
 from lit_sb3.evaluation.obs_rms import ObsRms, check_same_statistics, combine_obs_rms, copy_obs_rms
+from lit_sb3.evaluation.policy_kernels import cpu_copy
 from lit_sb3.workers.app import TaskError
 from lit_sb3.workers.errors import PoolClosedError
 
@@ -276,9 +276,8 @@ class InProcessEval(CandidateEval):
 
     def __init__(self, env: VecEnv, train_policy: BasePolicy, n_eval_episodes: int = 1) -> None:
         super().__init__(train_policy, n_eval_episodes, n_workers=1)
-        self._evaluator = CandidateEvaluator(_returning(env), copy.deepcopy(train_policy).to("cpu"), n_eval_episodes)
-        obs_rms = self._evaluator.get_obs_rms()
-        self._synced_obs_rms = [None if obs_rms is None else copy_obs_rms(obs_rms)]
+        self._evaluator = CandidateEvaluator(_returning(env), cpu_copy(train_policy), n_eval_episodes)
+        self._synced_obs_rms = [self._evaluator.get_obs_rms()]
         self._is_closed = False
 
     @property
@@ -290,7 +289,7 @@ class InProcessEval(CandidateEval):
         return self._evaluator.busy
 
     def _start_round(self, weights: np.ndarray, spec_fields: dict[str, Any], pop_size: int) -> None:
-        population = np.ascontiguousarray(weights, dtype=np.float32)
+        population = np.array(weights, np.float32)  # a copy: the caller may change its array before get_results()
         self._evaluator.submit(0, "evaluate", (RoundSpec(population=population, **spec_fields), 0, pop_size))
 
     def _finish_round(self) -> list[ChunkResult]:
@@ -314,7 +313,7 @@ class InProcessEval(CandidateEval):
         return [self._evaluator.get_obs_rms()]
 
     def _sync_workers(self, obs_rms: Any) -> None:
-        self._evaluator.sync_obs_rms(copy_obs_rms(obs_rms))
+        self._evaluator.sync_obs_rms(obs_rms)
 
     def _close(self) -> None:
         self._is_closed = True

@@ -241,7 +241,6 @@ class WorkerPool:
         self.start_timeout = start_timeout
         self._free_credit = stream_capacity or 0
         self._backend = backend if backend is not None else LocalBackend()
-        self._factories = [cloudpickle.dumps(factory) for factory in app_factories]
         self._request_ids = itertools.count()
         self._commands: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._commands_lock = threading.Lock()
@@ -252,7 +251,8 @@ class WorkerPool:
         self._jobs: list[_Job] = []
         self._slots: list[_Slot] = []
         self._dispatcher = threading.Thread(target=self._dispatch, name="lit-sb3-pool-dispatcher", daemon=True)
-        try:  # a failure or a Ctrl-C at any point leaves no worker, and no dispatcher, behind
+        try:  # a failure or a Ctrl-C at any point leaves no worker, no dispatcher and no backend behind
+            self._factories = [_pickled_factory(index, factory) for index, factory in enumerate(app_factories)]
             for index, factory in enumerate(self._factories):
                 self._slots.append(_Slot(self._backend.start_worker(index, factory)))
             started = self._wait_until_ready()
@@ -857,3 +857,10 @@ class WorkerPool:
             if slot.board is not None:
                 slot.board.close()
         self._backend.close()
+
+
+def _pickled_factory(index: int, factory: Callable[[], WorkerApp]) -> bytes:
+    try:
+        return cloudpickle.dumps(factory)
+    except Exception as error:
+        raise TypeError(f"app_factories[{index}] cannot be pickled to start worker {index}: {error}") from error

@@ -320,6 +320,8 @@ class RayBackend(NotifiedBackend):
         self._collector.start()
 
     def start_worker(self, worker_index: int, app_factory: bytes) -> RayWorker:
+        if worker_index not in self._current:  # not a replacement: one more actor at once
+            check_room(self._actor_options, len(self._current) + 1)
         options = {"max_restarts": 0, "max_task_retries": 0, **self._actor_options}
         actor = _RemoteWorkerActor.options(**options).remote(app_factory)
         worker = RayWorker(worker_index, actor, self._published)
@@ -407,11 +409,32 @@ def check_placeable(options: Mapping[str, Any]) -> None:
     :param options: Options of a worker's actor.
     :raises ValueError: if no node of the cluster has the resources of one actor (Ray would wait for one forever).
     """
-    wanted = {"CPU": options.get("num_cpus", 0), "GPU": options.get("num_gpus", 0), "memory": options.get("memory", 0)}
-    wanted = {name: amount for name, amount in {**wanted, **options.get("resources", {})}.items() if amount > 0}
+    wanted = _resources(options)
     nodes = [node["Resources"] for node in ray.nodes() if node["Alive"]]
     if not any(all(node.get(name, 0) >= amount for name, amount in wanted.items()) for node in nodes):
         raise ValueError(
             f"worker_resources: no node of the Ray cluster has what one worker asks for ({wanted}); the nodes have "
             f"{nodes}"
         )
+
+
+def check_room(options: Mapping[str, Any], n_workers: int) -> None:
+    """
+    :param options: Options of a worker's actor.
+    :param n_workers: Workers that are to run at once.
+    :raises ValueError: if the whole cluster has less of a resource than ``n_workers`` actors ask for (the last
+        ones would wait for it until the pool's start timeout).
+    """
+    available = ray.cluster_resources()
+    for name, amount in _resources(options).items():
+        if n_workers * amount > available.get(name, 0):
+            raise ValueError(
+                f"worker_resources: {n_workers} workers ask for {n_workers * amount:g} {name} in all and the Ray "
+                f"cluster has {available.get(name, 0):g}: use fewer workers or smaller worker_resources"
+            )
+
+
+def _resources(options: Mapping[str, Any]) -> dict[str, float]:
+    """:return: What one actor with ``options`` asks for, by Ray's resource names."""
+    wanted = {"CPU": options.get("num_cpus", 0), "GPU": options.get("num_gpus", 0), "memory": options.get("memory", 0)}
+    return {name: amount for name, amount in {**wanted, **options.get("resources", {})}.items() if amount > 0}

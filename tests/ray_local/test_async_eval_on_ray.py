@@ -194,6 +194,7 @@ RAY_BAD_CONSTRUCTION = [
     ({"ray_address": "auto"}, ValueError, "ray_address='auto' was given, but this process is already connected"),
     ({"worker_resources": {"num_gpus": 1}}, ValueError, r"no node of the Ray cluster has .*\{'CPU': 1, 'GPU': 1\}"),
     ({"worker_resources": {"num_cpus": 3}}, ValueError, r"no node of the Ray cluster has .*\{'CPU': 3\}"),
+    ({"envs_fn": [scalar_vec_env] * 3}, ValueError, "3 workers ask for 3 CPU in all and the Ray cluster has 2"),
 ]
 
 
