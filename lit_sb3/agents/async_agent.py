@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import time
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -21,7 +22,7 @@ from stable_baselines3.common.type_aliases import GymEnv, RolloutReturn, TrainFr
 from stable_baselines3.common.utils import should_collect_more_steps
 from stable_baselines3.common.vec_env import VecEnv, VecNormalize
 
-from lit_sb3.checks import check_non_negative_int, check_non_negative_number, check_positive_int
+from lit_sb3.checks import check_finite_number, check_non_negative_int, check_non_negative_number, check_positive_int
 from lit_sb3.collection import (
     AsyncCollector,
     CollectionPlan,
@@ -181,7 +182,10 @@ class _AsyncAgent:
             check_positive_int("n_workers", n_workers)
         if queue_put_timeout is not None:
             check_non_negative_number("queue_put_timeout", queue_put_timeout)
-        check_non_negative_number("weight_sync_interval", weight_sync_interval)
+        if check_finite_number("weight_sync_interval", weight_sync_interval) < 0:  # inf: acting forever on old weights
+            raise ValueError(f"weight_sync_interval must be a non-negative number, got {weight_sync_interval}")
+        if not isinstance(reproducible, bool):
+            raise TypeError(f"reproducible must be a bool, got {type(reproducible)!r}")
         if max_policy_lag is not None:
             check_non_negative_int("max_policy_lag", max_policy_lag)
         check_non_negative_int("max_restarts", max_restarts)
@@ -203,9 +207,11 @@ class _AsyncAgent:
         self.lag_correction = lag_correction
         self._workers.prepare(WORKER_PRELOAD)
         self._collector: AsyncCollector | None = None
+        self._release_collector: weakref.finalize | None = None
         self._env_routing: WorkerEnvRouting | None = None
         self._plan: CollectionPlan | None = None
         self._weights_version = 0
+        self._collections_started = 0
         self._train_seconds = 0.0
         self._train_calls = 0
         self._take_statistics = _TakeStatistics()
@@ -251,10 +257,17 @@ class _AsyncAgent:
         """
         As Stable-Baselines3's ``learn``. Thread workers step the agent's own environment objects: their collection
         stops when ``learn`` returns, so that the environments are the caller's alone again (the next ``learn``
-        starts new threads; worker processes, which step copies, are kept until :meth:`shutdown`).
+        starts new threads; worker processes, which step copies, are kept until :meth:`shutdown`, or until a failure
+        of the collection is raised here).
         """
+        if self.reproducible:  # again: set_env and load may have changed what it needs
+            self._check_reproducible()
         try:
             return super().learn(*args, **kwargs)  # type: ignore[misc]
+        except BaseException:
+            if self._collector is not None and self._collector.failed:
+                self._collector.close()  # its failure is raised now: the next learn() collects anew
+            raise
         finally:
             if self._workers.name == "threads" and self._collector is not None:
                 self._collector.close()  # kept for get_profiler_report
@@ -271,6 +284,9 @@ class _AsyncAgent:
         if self._collector is not None:
             self._collector.close()
             self._collector = None
+        if self._release_collector is not None:
+            self._release_collector.detach()
+            self._release_collector = None
 
     def get_profiler_report(self) -> dict[str, Any]:
         """
@@ -313,7 +329,8 @@ class _AsyncAgent:
 
     def _excluded_save_params(self) -> list[str]:
         # The collection is rebuilt by the next learn(): workers, and the episode under way off-policy.
-        return [*super()._excluded_save_params(), "_collector", "_env_routing", "_plan", "_episode", "_hand_over"]  # type: ignore[misc]
+        excluded = ["_collector", "_release_collector", "_env_routing", "_plan", "_episode", "_hand_over"]
+        return [*super()._excluded_save_params(), *excluded]  # type: ignore[misc]
 
     def _timed_train(self, train: Any, *args: Any, **kwargs: Any) -> None:
         started = time.monotonic()
@@ -338,7 +355,7 @@ class _AsyncAgent:
         n_workers = self.n_workers if self.n_workers is not None else self._workers.default_workers(len(env_fns))
         self._plan = plan = CollectionPlan.for_algorithm(
             self,  # type: ignore[arg-type]
-            self._base_seed(),
+            self._next_collection_seed(),
             lockstep=self.reproducible,
             n_collection_envs=len(env_fns),
             # async-gym-agents' semantics for its own class: rollouts of whole episodes.
@@ -361,6 +378,10 @@ class _AsyncAgent:
             vec_normalize=self.env if isinstance(self.env, VecNormalize) else None,
             initial_version=self._weights_version,
         )
+        if self._release_collector is not None:
+            self._release_collector.detach()  # the last collection is closed
+        # Dropped without shutdown(), the agent still stops its workers when collected.
+        self._release_collector = weakref.finalize(self, self._collector.close)
         if self._workers.name != "threads":  # they step copies: get_attr, set_attr and env_method go to them
             if self._env_routing is not None:
                 self._env_routing.remove()
@@ -377,9 +398,17 @@ class _AsyncAgent:
     def _acting_weights(self) -> np.ndarray:
         return flat_weights(acting_module(self.policy))
 
-    def _base_seed(self) -> int:
-        # Unseeded agents draw it from numpy's global generator, so that set_random_seed makes runs repeatable.
-        return int(self.seed) if self.seed is not None else int(np.random.randint(0, 2**31 - 1))
+    def _next_collection_seed(self) -> int:
+        """:return: The seed of a new collection's episodes: a seeded agent's first is its seed, and each later one
+        (a new ``learn()`` with thread workers, after ``shutdown()``, ``set_env`` or a failure) another, so that
+        no collection repeats the resets and random draws of an earlier one. Unseeded agents draw it from numpy's
+        global generator, so that ``set_random_seed`` makes runs repeatable."""
+        self._collections_started += 1
+        if self.seed is None:
+            return int(np.random.randint(0, 2**31 - 1))
+        if self._collections_started == 1:
+            return int(self.seed)
+        return int(np.random.SeedSequence(self.seed, spawn_key=(self._collections_started,)).generate_state(1)[0])
 
 
 class _AsyncOnPolicy(_AsyncAgent):
@@ -406,7 +435,7 @@ class _AsyncOnPolicy(_AsyncAgent):
         if self.lag_correction is not None:
             weights = correct_for_policy_lag(self.policy, rollout.buffer, self.lag_correction)
             self._take_statistics.decoupled += weights is not None
-        self.rollout_buffer = rollout.buffer
+        self.rollout_buffer = rollout_buffer = rollout.buffer  # the callbacks' locals name it too
         n_envs = env.num_envs
         for start in range(0, rollout.length, n_envs):
             stop = min(start + n_envs, rollout.length)

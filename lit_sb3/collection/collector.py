@@ -59,8 +59,9 @@ class AsyncCollector:
     :param weight_sync_interval: Least seconds between two weight publications.
     :param max_policy_lag: Episodes acted by weights more than this many versions old when they are assembled
         are dropped (counted); None for no bound. An on-policy rollout is assembled while the one before it trains,
-        so the episodes it trains on are at most ``max_policy_lag + 1`` versions old. Workers also wait rather than
+        so the episodes it trains on are at most ``max_policy_lag + 1`` versions old, and workers wait rather than
         begin episodes that could only be dropped or left over (see :class:`~lit_sb3.collection.budget.InFlightBudget`).
+        Off-policy a version is a gradient step: an episode is as many versions old as the steps trained while it ran.
     :param max_restarts: Dead workers replaced before the collection fails.
     :param vec_normalize: The trainer's ``VecNormalize``, if any: its statistics are updated with every episode
         consumed (each observation and return counted once, in consumption order) and published to the workers,
@@ -286,6 +287,11 @@ class AsyncCollector:
         if missing:
             raise RuntimeError(f"environments {missing} run in no worker now (a worker is being replaced): call again")
         return [results[index] for index in env_indices]
+
+    @property
+    def failed(self) -> bool:
+        """Whether the collection stopped on a failure (see :meth:`raise_failure`)."""
+        return self.assembler.error is not None or self.pool.failure is not None
 
     def raise_failure(self) -> None:
         """Raise the collection's failure, if any (a worker's exception, with its traceback, or the death of a worker

@@ -1,8 +1,9 @@
 """Training on-policy on rollouts that older weights acted: the rollout re-evaluated by the trainer's policy before it
 trains.
 
-A rollout collected asynchronously was acted by weights one or two versions behind the trainer's: its values come
-from an older critic, and PPO's ratio ``pi_new / pi_old`` starts away from 1 for many samples. The ``"values"``
+A rollout collected asynchronously was acted by weights behind the trainer's (one or two versions when it holds an
+episode or more; as many as an episode has rollouts when it is much shorter, since episodes arrive whole): its values
+come from an older critic, and PPO's ratio ``pi_new / pi_old`` starts away from 1 for many samples. The ``"values"``
 correction recomputes returns and advantages with the trainer's critic. The ``"decoupled"`` one goes further:
 Hilton, Cobbe and Schulman (2022, "Batch size-invariance for policy optimization", NeurIPS) decouple the policy that
 acted (behaviour) from the one the step stays near (proximal, the trainer's weights when it takes the rollout)::

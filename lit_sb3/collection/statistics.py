@@ -40,13 +40,15 @@ class NormalizationStatistics:
         :param packet: The episode.
         :param start: Its first step counted now.
         :param stop: The step after the last one counted now (None: the episode's end).
-        :return: The rewards of those steps normalised as ``VecNormalize`` would, if it trains reward statistics;
-            else None.
+        :return: The rewards of those steps normalised as ``VecNormalize`` would (with its frozen statistics when it
+            does not train them), if it normalises rewards; else None.
         """
         normalize = self.normalize
-        if not normalize.training:
-            return None
         rows = slice(start, packet.length if stop is None else stop)
+        if not normalize.training:
+            return (
+                normalize.normalize_reward(packet.rewards[rows]).astype(np.float32) if normalize.norm_reward else None
+            )
         with self._lock:
             if normalize.norm_obs:
                 observations = packet.observations

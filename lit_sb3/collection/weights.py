@@ -8,7 +8,6 @@ from collections import deque
 
 import numpy as np
 import torch as th
-from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from lit_sb3.workers.arrays import ArrayHandle, ArrayPublisher
 
@@ -28,10 +27,11 @@ def acting_module(policy: th.nn.Module) -> th.nn.Module:
 def flat_weights(module: th.nn.Module) -> np.ndarray:
     """
     :param module: The module.
-    :return: Its parameters as one float64 vector.
+    :return: Its parameters, then its floating-point buffers (running statistics, such as the batch normalisation of
+        CrossQ's actor), as one float64 vector: the parameters start at 0 as in ``parameters_to_vector``.
     """
     with th.no_grad():
-        return parameters_to_vector(module.parameters()).detach().cpu().double().numpy()
+        return th.cat([tensor.detach().reshape(-1).cpu().double() for tensor in _state(module)]).numpy()
 
 
 def load_flat_weights(module: th.nn.Module, weights: np.ndarray) -> None:
@@ -39,9 +39,16 @@ def load_flat_weights(module: th.nn.Module, weights: np.ndarray) -> None:
     :param module: The module to load into.
     :param weights: A vector of :func:`flat_weights`.
     """
-    reference = next(module.parameters())
+    vector = th.as_tensor(weights)
+    offset = 0
     with th.no_grad():
-        vector_to_parameters(th.as_tensor(weights, dtype=reference.dtype), module.parameters())
+        for tensor in _state(module):
+            tensor.copy_(vector[offset : offset + tensor.numel()].view_as(tensor))
+            offset += tensor.numel()
+
+
+def _state(module: th.nn.Module) -> list[th.Tensor]:
+    return [*module.parameters(), *(buffer for buffer in module.buffers() if buffer.is_floating_point())]
 
 
 class WeightBoard:

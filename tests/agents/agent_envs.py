@@ -18,8 +18,8 @@ from stable_baselines3.common.noise import ActionNoise
 class OddEnv(gym.Env):
     """
     Episodes of ``length`` steps (odd by default), a one-dimensional observation counting the steps and a Box action.
-    ``fail_at`` makes the ``fail_at``-th step of the process raise; ``kill_at`` SIGKILLs the process at that step
-    once (while ``marker`` does not exist).
+    ``fail_at`` makes the ``fail_at``-th step of the process raise; ``kill_at`` SIGKILLs the process at that step;
+    given a ``marker``, either happens once (while ``marker`` does not exist).
     """
 
     def __init__(self, length: int = 7, fail_at: int = -1, kill_at: int = -1, marker: str | None = None) -> None:
@@ -40,13 +40,33 @@ class OddEnv(gym.Env):
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict]:
         self.t += 1
         self.total_steps += 1
-        if self.total_steps == self.fail_at:
+        if self.total_steps == self.fail_at and self._first_time():
             raise RuntimeError("the environment broke on purpose")
-        if self.total_steps == self.kill_at and self.marker is not None and not Path(self.marker).exists():
-            Path(self.marker).touch()
+        if self.total_steps == self.kill_at and self.marker is not None and self._first_time():
             os.kill(os.getpid(), signal.SIGKILL)
         reward = -float(np.square(action).sum())
         return np.array([self.t], np.float32), reward, False, self.t >= self.length, {"t": self.t}
+
+    def _first_time(self) -> bool:
+        if self.marker is None:
+            return True
+        if Path(self.marker).exists():
+            return False
+        Path(self.marker).touch()
+        return True
+
+
+class SeedLoggingEnv(OddEnv):
+    """An :class:`OddEnv` that appends the seed of every reset to the file ``log``."""
+
+    def __init__(self, log: str) -> None:
+        super().__init__()
+        self.log = log
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
+        with open(self.log, "a") as file:
+            file.write(f"{seed}\n")
+        return super().reset(seed=seed, options=options)
 
 
 class AlternatingNoise(ActionNoise):

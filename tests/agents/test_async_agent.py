@@ -126,6 +126,12 @@ def test_bad_arguments_are_refused_before_any_work() -> None:
         injected("MlpPolicy", env, use_mp="yes")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="max_policy_lag must be a non-negative int"):
         injected("MlpPolicy", env, max_policy_lag=-2)
+    with pytest.raises(ValueError, match="weight_sync_interval must be a finite number, got inf"):
+        injected("MlpPolicy", env, weight_sync_interval=float("inf"))
+    with pytest.raises(ValueError, match=r"weight_sync_interval must be a non-negative number, got -0\.5"):
+        injected("MlpPolicy", env, weight_sync_interval=-0.5)
+    with pytest.raises(TypeError, match="reproducible must be a bool, got <class 'str'>"):
+        injected("MlpPolicy", env, reproducible="no")  # type: ignore[arg-type]
     expected = r"lag_correction must be one of \('auto', 'values', 'decoupled'\) or None, got 'all'"
     with pytest.raises(ValueError, match=expected):
         injected("MlpPolicy", env, lag_correction="all")  # type: ignore[arg-type]
@@ -161,3 +167,26 @@ def test_save_and_load_keep_the_agent_usable(tmp_path: object) -> None:
     finally:
         loaded.shutdown()
     assert loaded.num_timesteps >= 100
+
+
+def test_callbacks_see_the_rollout_buffer_trained_on() -> None:
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    class BufferCheck(BaseCallback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.seen: list[bool] = []
+
+        def _on_step(self) -> bool:
+            return True
+
+        def _on_rollout_end(self) -> None:
+            self.seen.append(self.locals["rollout_buffer"] is self.model.rollout_buffer)
+
+    check = BufferCheck()
+    model = get_injected_agent(A2C)("MlpPolicy", multi_env("CartPole-v1", 2), use_mp=False, n_steps=16, seed=0)
+    try:
+        model.learn(64, callback=check)
+    finally:
+        model.shutdown()
+    assert len(check.seen) >= 2 and all(check.seen)

@@ -296,6 +296,43 @@ def test_vec_normalize_statistics_count_every_consumed_observation_once(algorith
     assert np.all(np.abs(env.obs_rms.mean[:2]) <= 1) and env.obs_rms.var[2] > 0.1
 
 
+@pytest.mark.parametrize("use_mp", [False, True], ids=["threads", "processes"])
+def test_each_collection_resets_its_episodes_with_new_seeds(use_mp: bool, tmp_path: Any) -> None:
+    """A seeded agent's second collection (each learn() with threads, after shutdown() with processes) does not
+    repeat the first one's episodes."""
+    from agents.agent_envs import SeedLoggingEnv
+
+    env = IndexableMultiEnv([partial(SeedLoggingEnv, log=str(tmp_path / "seeds.txt"))])
+    model = get_injected_agent(PPO)("MlpPolicy", env, use_mp=use_mp, seed=0, n_steps=16, batch_size=16)
+    collections = []
+    for _ in range(2):
+        try:
+            model.learn(64)
+        finally:
+            model.shutdown()
+        collections.append(set((tmp_path / "seeds.txt").read_text().split()) - {"None"})
+        (tmp_path / "seeds.txt").unlink()
+    assert len(collections[0]) >= 5 and len(collections[1]) >= 5
+    assert not collections[0] & collections[1]
+
+
+def test_a_frozen_vec_normalize_still_normalises_rewards() -> None:
+    """VecNormalize(training=False) scales rewards with its fixed statistics, as Stable-Baselines3's step does."""
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    env = VecNormalize(multi_env("CartPole-v1", 2), norm_obs=False, gamma=0.99)
+    env.training = False
+    env.ret_rms.var[...] = 100.0  # a reward of 1 becomes 0.1
+    model = get_injected_agent(PPO)("MlpPolicy", env, use_mp=False, seed=0, n_steps=64, batch_size=64, n_epochs=1)
+    try:
+        model.learn(128)
+    finally:
+        model.shutdown()
+    rewards = model.rollout_buffer.rewards.ravel()
+    assert np.isclose(rewards, 0.1).sum() >= len(rewards) - 2  # but for the bootstrapped ends of the rollout's cuts
+    assert env.ret_rms.count == 1e-4 and np.all(env.ret_rms.var == 100.0)
+
+
 def reproducible_ppo(use_mp: bool, n_workers: int, **backend: Any) -> tuple[np.ndarray, dict]:
     model = get_injected_agent(PPO)(
         "MlpPolicy",
@@ -344,6 +381,13 @@ def test_reproducible_mode_refuses_what_it_cannot_reproduce() -> None:
 
     with pytest.raises(ValueError, match=r"reproducible=True draws .* not those of Greedy"):
         get_injected_agent(PPO)(Greedy, multi_env("CartPole-v1", 1), reproducible=True, seed=0)
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    model = get_injected_agent(PPO)("MlpPolicy", multi_env("CartPole-v1", 1), reproducible=True, seed=0)
+    model.set_env(VecNormalize(multi_env("CartPole-v1", 1)))
+    with pytest.raises(ValueError, match="reproducible=True does not support VecNormalize"):
+        model.learn(64)
+    assert model._collector is None  # refused before any work
 
 
 class _StepCount(gym.Wrapper):

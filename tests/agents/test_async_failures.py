@@ -24,19 +24,22 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("use_mp", [False, True], ids=["threads", "processes"])
-def test_an_env_exception_is_raised_from_learn_with_the_worker_traceback(use_mp: bool) -> None:
+def test_an_env_exception_is_raised_from_learn_with_the_worker_traceback(use_mp: bool, tmp_path: Path) -> None:
+    """The exception reaches learn(); once the environment recovers, the next learn() collects again."""
     from functools import partial
 
-    model = get_injected_agent(PPO)(
-        "MlpPolicy", IndexableMultiEnv([partial(OddEnv, fail_at=40)]), use_mp=use_mp, n_steps=16, batch_size=16
-    )
+    env = IndexableMultiEnv([partial(OddEnv, fail_at=40, marker=str(tmp_path / "failed"))])
+    model = get_injected_agent(PPO)("MlpPolicy", env, use_mp=use_mp, n_steps=16, batch_size=16)
     try:
         with pytest.raises(WorkerError, match="the environment broke on purpose") as caught:
             model.learn(10_000)
+        steps_before = model.num_timesteps
+        model.learn(200, reset_num_timesteps=False)
     finally:
         model.shutdown()
     assert caught.value.exception_type == "RuntimeError"
     assert "in step" in caught.value.remote_traceback and "episode" in str(caught.value)
+    assert model.num_timesteps >= steps_before + 200
 
 
 def test_a_dead_worker_is_replaced_and_training_goes_on(tmp_path: Path) -> None:
@@ -173,3 +176,19 @@ def test_processes_agents_in_a_row_leak_no_files(tmp_path: Path) -> None:
     for _ in range(5):
         cycle()
     assert process.num_fds() <= files and threading.active_count() <= threads
+
+
+def test_an_agent_dropped_without_shutdown_stops_its_workers() -> None:
+    """Stable-Baselines3 code never calls shutdown(): a collected agent stops its worker processes."""
+    import gc
+
+    model = get_injected_agent(PPO)(
+        "MlpPolicy", multi_env("CartPole-v1", 2), use_mp=True, n_workers=2, n_steps=8, batch_size=8, n_epochs=1
+    )
+    model.learn(16)
+    assert model._collector is not None
+    workers = [psutil.Process(handle.pid) for handle in model._collector.pool.handles]  # type: ignore[union-attr]
+    del model
+    gc.collect()
+    _, alive = psutil.wait_procs(workers, timeout=10)
+    assert not alive

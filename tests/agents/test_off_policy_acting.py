@@ -16,7 +16,7 @@ from agents.helpers import multi_env
 from lit_sb3.collection import CollectionPlan
 from lit_sb3.collection.episode_worker import EpisodeWorker
 from lit_sb3.collection.off_policy_acting import NumpyOffPolicyActor
-from lit_sb3.collection.weights import acting_module, flat_weights
+from lit_sb3.collection.weights import acting_module, flat_weights, load_flat_weights
 
 CASES = [
     (SAC, "Pendulum-v1", {}),
@@ -83,6 +83,24 @@ def test_policies_of_other_shapes_keep_their_own_predict() -> None:
     discrete_observations = DQN("MlpPolicy", "FrozenLake-v1", seed=0).policy
     assert NumpyOffPolicyActor.for_policy(gsde) is None
     assert NumpyOffPolicyActor.for_policy(discrete_observations) is None
+
+
+def test_workers_act_with_the_trainers_running_statistics() -> None:
+    """CrossQ's actor normalises with running statistics (buffers, not parameters): they travel with the weights."""
+    from sb3_contrib import CrossQ
+
+    trainer, worker = (CrossQ("MlpPolicy", "Pendulum-v1", seed=seed).policy for seed in (0, 1))
+    assert NumpyOffPolicyActor.for_policy(trainer) is None  # batch renormalisation: the policy's own predict
+    with th.no_grad():
+        for buffer in acting_module(trainer).buffers():
+            if buffer.is_floating_point():
+                buffer.uniform_(0.5, 2.0)
+    load_flat_weights(acting_module(worker), flat_weights(acting_module(trainer)))
+    trainer.set_training_mode(False)
+    worker.set_training_mode(False)
+    observations = np.random.default_rng(2).normal(size=(16, 3)).astype(np.float32)
+    expected, _ = trainer.predict(observations, deterministic=True)
+    np.testing.assert_array_equal(worker.predict(observations, deterministic=True)[0], expected)
 
 
 def test_the_worker_acts_through_its_numpy_actor() -> None:
