@@ -499,12 +499,16 @@ def test_rl_zoo_entries_for_gradient_agents(tmp_path: pathlib.Path) -> None:
     (tmp_path / "ppo.yml").write_text(RL_ZOO_PPO)
     ppo = load_hyperparams(tmp_path / "ppo.yml", "CartPole-v1", get_injected_agent(PPO), reward_normalization=True)
     assert (ppo.n_envs, ppo.n_timesteps, ppo.policy) == (8, 100_000, "MlpPolicy")
-    assert ppo.normalize_kwargs == {"norm_obs": True, "norm_reward": True}  # rl-zoo's normalize: true
+    # rl-zoo's normalize: true, its rewards discounted with the algorithm's gamma
+    assert ppo.normalize_kwargs == {"norm_obs": True, "norm_reward": True, "gamma": 0.98}
     assert ppo.algo_kwargs["clip_range"](1.0) == 0.2 and ppo.algo_kwargs["learning_rate"](0.0) == 0.0
-    (tmp_path / "sac.yml").write_text(SAC_ENTRY + '  normalize: "dict(norm_obs=True)"\n  max_policy_lag: 2\n')
+    settings = '  normalize: "dict(norm_obs=True)"\n  max_policy_lag: 2\n'
+    settings += '  replay_buffer_kwargs: "dict(handle_timeout_termination=False)"\n'
+    (tmp_path / "sac.yml").write_text(SAC_ENTRY + settings)
     sac = load_hyperparams(tmp_path / "sac.yml", "Pendulum-v1", get_injected_agent(SAC), reward_normalization=True)
     assert sac.action_noise == ("normal", 0.1) and sac.algo_kwargs["train_freq"] == (1, "episode")
     assert sac.algo_kwargs["max_policy_lag"] == 2  # the async keywords are hyper-parameters too
+    assert sac.algo_kwargs["replay_buffer_kwargs"] == {"handle_timeout_termination": False}
     assert sac.normalize_kwargs == {"norm_obs": True, "norm_reward": True}
 
 
@@ -523,6 +527,11 @@ def test_evaluate_prints_the_returns_of_a_saved_model(
     assert all(float(row[1]) == float(row[2]) and 8 <= float(row[2]) <= 500 for row in rows)
     mean = np.mean([float(row[1]) for row in rows])
     assert f"mean return {mean:.2f}" in out
+    # Without ".zip", the suffix is appended as Stable-Baselines3's load appends it: m.v2 is m.v2.zip, not m.zip.
+    shutil.copy(cartpole_model, cartpole_model.with_name("m.v2.zip"))
+    status, out, err = call(capsys, "evaluate", str(cartpole_model.with_name("m.v2")), "CartPole-v1", "--episodes", "1")
+    assert status == 0, err
+    assert f"{cartpole_model.with_name('m.v2.zip')} on CartPole-v1" in out
 
 
 def test_evaluate_normalises_with_the_saved_statistics(
@@ -716,6 +725,7 @@ USER_ERRORS = [
     (["evaluate", "not_a_model.zip"], "give the saved model and the environment"),
     (["evaluate", "not_a_model.zip", "NoSuchEnv-v0"], "unknown environment id 'NoSuchEnv-v0'"),
     (["evaluate", "--random-population", "--pop-size", "0"], "--pop-size must be at least 1"),
+    (["evaluate", "--random-population", "--sigma", "-1"], "--sigma must be a finite number of at least 0, got -1.0"),
     (["evaluate", "--random-population", "CartPole-v1", "Pendulum-v1"], "takes one ENV_ID and no model path"),
     (["bench", "--rounds", "0"], "--rounds must be at least 1"),
 ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import functools
 import inspect
+import math
 import pathlib
 import pickle
 import time
@@ -142,8 +143,8 @@ def load_policy(path: str) -> tuple[pathlib.Path, BasePolicy, RunningMeanStd | N
     :raises CliError: if the file is missing or not a saved model.
     """
     source = pathlib.Path(path)
-    if not source.is_file() and source.suffix != ".zip" and source.with_suffix(".zip").is_file():
-        source = source.with_suffix(".zip")
+    if not source.is_file() and source.suffix != ".zip" and pathlib.Path(f"{path}.zip").is_file():
+        source = pathlib.Path(f"{path}.zip")  # appended, as Stable-Baselines3's load does (runs/ppo.v2.zip)
     if not source.is_file():
         raise CliError(f"model file {path!r} does not exist")
     try:
@@ -246,6 +247,8 @@ def run_random_population(args: argparse.Namespace, env_id: str) -> None:
     ]:
         if value < 1:
             raise CliError(f"--{name} must be at least 1")
+    if not (math.isfinite(args.sigma) and args.sigma >= 0):
+        raise CliError(f"--sigma must be a finite number of at least 0, got {args.sigma}")
     check_env_id(env_id)
     env = make_vec_env(env_id)
     policy = POPULATION_POLICIES[args.policy](env.observation_space, env.action_space)

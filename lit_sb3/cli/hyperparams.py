@@ -52,7 +52,15 @@ CLI_ARGUMENTS = frozenset(
 )
 #: Settings whose string values are Python literals in rl-zoo files.
 OBJECT_KEYS = frozenset(
-    {"policy_kwargs", "normalize", "normalize_kwargs", "optimizer_kwargs", "optimizer_config", "cma_options"}
+    {
+        "policy_kwargs",
+        "normalize",
+        "normalize_kwargs",
+        "optimizer_kwargs",
+        "optimizer_config",
+        "cma_options",
+        "replay_buffer_kwargs",
+    }
 )
 #: The hyper-parameter files shipped with lit_sb3, ``ALGO.yml`` in rl-zoo's layout: the learning study's settings per
 #: task (``benchmarks/learning_study.py``), which ``lit-sb3 train`` uses when no file is given.
@@ -200,6 +208,8 @@ def _parse_entry(
         raise CliError(
             f"{source}: normalize must be true, false or a dict of VecNormalize arguments, got {normalize!r}"
         )
+    if hyperparams.normalize_kwargs is not None and "gamma" in hyperparams.algo_kwargs:
+        hyperparams.normalize_kwargs["gamma"] = hyperparams.algo_kwargs["gamma"]  # rl-zoo's: the algorithm's discount
     if noise:
         hyperparams.action_noise = _read_noise(noise, source)
     return hyperparams

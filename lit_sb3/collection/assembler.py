@@ -106,6 +106,19 @@ class EpisodeAssembler:
         """Whether the next rollout or episode is ready (:meth:`take` returns it without waiting)."""
         return not self._ready.empty()
 
+    def wait_ready(self, raise_failure: Callable[[], None]) -> None:
+        """
+        Wait until the next rollout or episode is ready (for the one thread that takes them).
+
+        :param raise_failure: Raises the collection's failure, if any (checked while waiting).
+        """
+        ready = self._ready
+        while True:
+            raise_failure()
+            with ready.not_empty:
+                if ready.queue or (ready.not_empty.wait(WAIT_SLICE) and ready.queue):
+                    return
+
     def take(self, raise_failure: Callable[[], None]) -> Rollout | StreamItem:
         """
         :param raise_failure: Raises the collection's failure, if any (checked while waiting).

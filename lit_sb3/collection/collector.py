@@ -238,6 +238,10 @@ class AsyncCollector:
         finally:
             self.trainer_idle.set()
 
+    def wait_for_episode(self) -> None:
+        """Off-policy: wait until :meth:`next_episode` returns at once (raises a worker's failure meanwhile)."""
+        self.assembler.wait_ready(self.raise_failure)
+
     def next_episode(self, *, acknowledge: bool = True) -> EpisodePacket:
         """
         :param acknowledge: Let the episode's environment begin its next episode now (each environment has at most

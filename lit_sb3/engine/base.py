@@ -115,6 +115,7 @@ class BaseEngine(ABC):
         self.collected_steps = 0
         self.gradient_steps = 0
         self.evaluations: list[dict[str, float]] = []
+        self._evaluations_logged = 0
         self.last_summary: dict[str, Any] | None = None
         self._next_evaluation = config.eval_interval
         self._returns: deque[float] = deque(maxlen=RETURN_WINDOW)
@@ -254,6 +255,7 @@ class BaseEngine(ABC):
             episodes = rollout.episodes
         else:
             assert isinstance(buffer, ReplayData)
+            collector.wait_for_episode()  # not holding the lock: the trainer takes its data meanwhile
             with self._data_lock:  # the episode enters the statistics, the buffer and the counter at once
                 episode = collector.next_episode()
                 buffer.add_episode(episode, collector.started_at)
@@ -378,11 +380,16 @@ class BaseEngine(ABC):
             returns = list(self._returns)
         if returns:
             logger.record("rollout/ep_rew_mean", float(np.mean(returns)))
-        if self.evaluations:
-            last = self.evaluations[-1]
-            logger.record("eval/mean_reward", last["mean_return"])
-            logger.record("eval/std_reward", last["std_return"])
+        self._record_new_evaluation()
         logger.dump(self.num_timesteps)
+
+    def _record_new_evaluation(self) -> None:
+        """Put the newest evaluation done since the last dump in the logger: each is logged once."""
+        evaluations = self.evaluations
+        if len(evaluations) > self._evaluations_logged:
+            self.logger.record("eval/mean_reward", evaluations[-1]["mean_return"])
+            self.logger.record("eval/std_reward", evaluations[-1]["std_return"])
+            self._evaluations_logged = len(evaluations)
 
     def recent_mean_return(self, window: int = RETURN_WINDOW) -> float:
         """
@@ -395,6 +402,7 @@ class BaseEngine(ABC):
 
     def _summarise(self, title: str, wall_seconds: float, collected_steps: int, train_steps: int) -> dict[str, Any]:
         summary = timing_summary(wall_seconds, self._clocks, collected_steps, train_steps, self.collector.profile())
+        self._record_new_evaluation()  # the run's last evaluation, if no dump followed it
         record_summary(self.logger, summary, self.num_timesteps)
         if self.config.verbose:
             print(format_summary(title, summary))
@@ -477,12 +485,13 @@ class BaseEngine(ABC):
     def _resumed_next_evaluation(self, saved: int | None) -> int | None:
         """:param saved: The step count of the next evaluation when the checkpoint was saved (None: it had none).
         :return: That of the resumed run: by this config's ``eval_interval`` (None: it evaluates nothing); the saved
-            one unless the checkpoint's run did not evaluate."""
+            one if the checkpoint's run evaluated at the same interval."""
         interval = self.config.eval_interval
         if interval is None:
             return None
-        if saved is None:
-            return (self.collected_steps // interval + 1) * interval
+        following = (self.collected_steps // interval + 1) * interval
+        if saved is None or saved % interval or saved > following:
+            return following  # the checkpoint's run evaluated at another interval, or not at all
         return saved
 
     def _clock(self, phase: str) -> ThreadClock:

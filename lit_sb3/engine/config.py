@@ -7,10 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lit_sb3.checks import (
+    check_finite_number,
     check_non_negative_int,
-    check_non_negative_number,
     check_positive_int,
-    check_positive_number,
 )
 
 #: SB3 logger outputs the engine can write.
@@ -71,9 +70,10 @@ class EngineConfig:
         check_positive_int("log_interval", self.log_interval)
         if self.max_policy_lag is not None:
             check_non_negative_int("max_policy_lag", self.max_policy_lag)
-        if self.replay_ratio is not None:
-            check_positive_number("replay_ratio", self.replay_ratio)
-        check_non_negative_number("weight_sync_interval", self.weight_sync_interval)
+        if self.replay_ratio is not None and check_finite_number("replay_ratio", self.replay_ratio) <= 0:
+            raise ValueError(f"replay_ratio must be a positive number, got {self.replay_ratio}")
+        if check_finite_number("weight_sync_interval", self.weight_sync_interval) < 0:
+            raise ValueError(f"weight_sync_interval must be a non-negative number, got {self.weight_sync_interval}")
         for name in ("checkpoint_folder", "log_folder"):
             folder = getattr(self, name)
             if folder is not None and not isinstance(folder, str | os.PathLike):

@@ -35,6 +35,18 @@ class WeightsSnapshot:
     policy: np.ndarray
 
 
+#: What :meth:`PolicyGroup.load` restores of an algorithm's saved attributes besides its weights: its counters and
+#: schedules' positions (DQN's epsilon and target-update phase).
+RESTORED_COUNTERS = (
+    "num_timesteps",
+    "_n_updates",
+    "_episode_num",
+    "_n_calls",
+    "_current_progress_remaining",
+    "exploration_rate",
+)
+
+
 class PolicyGroup:
     """
     A Stable-Baselines3 algorithm (on-policy: PPO, A2C...; off-policy: SAC, TD3, DDPG...) as the engine trains it:
@@ -71,26 +83,34 @@ class PolicyGroup:
         return int(getattr(self.algorithm, "learning_starts", 0))
 
     def default_replay_ratio(self) -> float:
-        """:return: Off-policy: the algorithm's gradient steps per environment step."""
+        """:return: Off-policy: the algorithm's gradient steps per environment step, as ``learn()`` trains: every
+        ``train_freq`` steps of its ``n_envs`` environments (``train_freq * n_envs`` env steps), ``gradient_steps``
+        gradient steps (-1: one per env step)."""
         algorithm = self.algorithm
         assert isinstance(algorithm, OffPolicyAlgorithm) and isinstance(algorithm.train_freq, TrainFreq)
         if algorithm.train_freq.unit is not TrainFrequencyUnit.STEP:
             raise ValueError("train_freq in episodes has no fixed replay ratio: give EngineConfig.replay_ratio")
-        steps = algorithm.gradient_steps if algorithm.gradient_steps > 0 else algorithm.train_freq.frequency
-        return steps / algorithm.train_freq.frequency
+        if algorithm.gradient_steps < 0:
+            return 1.0
+        if algorithm.gradient_steps == 0:
+            raise ValueError(
+                "gradient_steps=0 never trains: give the algorithm gradient_steps or EngineConfig.replay_ratio"
+            )
+        return algorithm.gradient_steps / (algorithm.train_freq.frequency * algorithm.n_envs)
 
     def advance_to(self, num_timesteps: int) -> None:
         """
-        Count the environment steps the next train step trains on, as ``learn()`` does step by step: off-policy,
-        ``_on_step()`` once per new step (DQN's target-network update and epsilon follow it).
+        Count the environment steps the next train step trains on, as ``learn()`` does: off-policy, ``_on_step()``
+        once per step of its ``n_envs`` environments, i.e. once per ``n_envs`` new env steps (DQN's target-network
+        update and epsilon follow it).
 
         :param num_timesteps: The algorithm's ``num_timesteps`` once it trains on the next dataset.
         """
         algorithm = self.algorithm
-        new_steps = num_timesteps - algorithm.num_timesteps
+        vector_steps = num_timesteps // algorithm.n_envs - algorithm.num_timesteps // algorithm.n_envs
         algorithm.num_timesteps = num_timesteps
         if isinstance(algorithm, OffPolicyAlgorithm):
-            for _ in range(new_steps):
+            for _ in range(vector_steps):
                 algorithm._on_step()
 
     def set_progress(self, remaining: float) -> None:
@@ -146,7 +166,7 @@ class PolicyGroup:
             if variable is not None:  # SAC's log_ent_coef, if the entropy coefficient is learned
                 getattr(algorithm, name).data = variable.data
         assert data is not None
-        for name in ("num_timesteps", "_n_updates", "_episode_num"):
+        for name in RESTORED_COUNTERS:
             if name in data:
                 setattr(algorithm, name, data[name])
         self.version = version

@@ -31,6 +31,8 @@ from lit_sb3.engine import (
         ({"total_env_steps": 10, "batch_size": 0}, "batch_size"),
         ({"total_env_steps": 10, "max_policy_lag": -1}, "max_policy_lag"),
         ({"total_env_steps": 10, "replay_ratio": 0}, "replay_ratio"),
+        ({"total_env_steps": 10, "replay_ratio": float("inf")}, "replay_ratio must be a finite number, got inf"),
+        ({"total_env_steps": 10, "weight_sync_interval": float("inf")}, "weight_sync_interval must be a finite"),
         ({"total_env_steps": 10, "weight_sync_interval": -1}, "weight_sync_interval"),
         ({"total_env_steps": 10, "eval_episodes": 0}, "eval_episodes"),
         ({"total_env_steps": 10, "checkpoint_interval": 5}, "checkpoint_interval needs a checkpoint_folder"),

@@ -99,8 +99,9 @@ def test_vec_normalize_statistics_count_the_steps_collected_and_come_back_from_a
     assert resumed.evaluations == []  # its config evaluates nothing, whatever the checkpoint's did
 
 
-def test_a_run_resumed_with_an_eval_interval_evaluates_at_it(tmp_path: Path) -> None:
-    normalized_ppo_engine(tmp_path).run()  # no evaluation
+@pytest.mark.parametrize("saved_config", [{}, {"eval_interval": 5000, "eval_episodes": 2}], ids=["none", "other"])
+def test_a_run_resumed_with_an_eval_interval_evaluates_at_it(tmp_path: Path, saved_config: dict) -> None:
+    normalized_ppo_engine(tmp_path, **saved_config).run()  # no evaluation, or one due at 5000 steps
     folder = checkpoints(tmp_path)[-1]
     saved_steps = json.loads((folder / COUNTERS_FILE).read_text())["collected_steps"]
     resumed = normalized_ppo_engine(tmp_path / "resumed", total_env_steps=3000, eval_interval=500, eval_episodes=2)
@@ -134,3 +135,18 @@ def test_after_a_run_every_step_collected_is_trained_on_or_queued_for_the_next()
     assert engine.num_timesteps >= 3000
     queued = engine.buffer.queued()  # type: ignore[attr-defined]
     assert engine.collected_steps == engine.num_timesteps + sum(len(rollout.rewards) for rollout in queued)
+
+
+def test_a_dqn_checkpoint_keeps_its_exploration_and_target_update_phase(tmp_path: Path) -> None:
+    from stable_baselines3 import DQN
+
+    group = EnvGroup([partial(gym.make, "CartPole-v1")], backend="threads")
+    model = DQN("MlpPolicy", group.env, seed=0, learning_starts=100, target_update_interval=100)
+    config = EngineConfig(total_env_steps=1000, seed=0, verbose=False, log_formats=())
+    AsyncRLEngine(config, group, PolicyGroup(model), DataBuffer.for_algorithm(model)).run()
+    PolicyGroup(model).save(tmp_path / "dqn.zip")
+    fresh = DQN("MlpPolicy", group.env, seed=1)
+    PolicyGroup(fresh).load(tmp_path / "dqn.zip", version=3)
+    for name in ("num_timesteps", "_n_calls", "exploration_rate", "_current_progress_remaining"):
+        assert getattr(fresh, name) == getattr(model, name), name
+    assert fresh.exploration_rate < fresh.exploration_initial_eps

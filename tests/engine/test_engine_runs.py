@@ -61,7 +61,11 @@ def test_the_timing_summary_is_returned_printed_and_logged(tmp_path: Path, capsy
     assert len(logged) == 1
     assert float(logged[0]["timing/env_steps_per_second"]) == pytest.approx(summary["env_steps_per_second"])
     assert float(logged[0]["timing/policy_lag_max"]) == lag["max"]
-    assert any(row["eval/mean_reward"] for row in rows)
+    # Each evaluation logged once, at most (two done between dumps: the newer), the last one too (the final dump's).
+    logged_evaluations = [float(row["eval/mean_reward"]) for row in rows if row["eval/mean_reward"]]
+    done = iter(evaluation["mean_return"] for evaluation in engine.evaluations)
+    assert all(logged in done for logged in logged_evaluations)  # in order, none repeated
+    assert logged_evaluations[-1] == engine.evaluations[-1]["mean_return"]
     assert engine_threads() == []
 
 
@@ -180,16 +184,19 @@ def test_the_sync_engine_gives_the_same_weights_twice_for_a_seed_and_others_for_
     assert not np.array_equal(runs[0], runs[2])
 
 
-def test_dqn_explores_on_its_schedule_and_updates_its_target_network() -> None:
-    group = EnvGroup([partial(gym.make, "CartPole-v1")], backend="threads")
+@pytest.mark.parametrize("n_envs", [1, 4])
+def test_dqn_explores_on_its_schedule_and_updates_its_target_network(n_envs: int) -> None:
+    group = EnvGroup([partial(gym.make, "CartPole-v1")] * n_envs, backend="threads")
     model = DQN("MlpPolicy", group.env, seed=0, learning_starts=200, target_update_interval=100)
     target_before = parameters_to_vector(model.q_net_target.parameters()).detach().clone()
     config = EngineConfig(total_env_steps=2000, seed=0, verbose=False, log_formats=())
     engine = AsyncRLEngine(config, group, PolicyGroup(model), DataBuffer.for_algorithm(model))
     engine.run()
-    assert model._n_calls == model.num_timesteps >= 2000  # _on_step once per env step, as learn() does
+    # _on_step once per step of the n_envs environments, as learn() does (the target network every 100 env steps).
+    assert model._n_calls == model.num_timesteps // n_envs and model.num_timesteps >= 2000
     assert model.exploration_rate < model.exploration_initial_eps
-    assert engine.gradient_steps == (model.num_timesteps - 200) // 4  # train_freq 4, one gradient step
+    # train_freq 4 (steps of the n_envs environments), one gradient step each
+    assert engine.gradient_steps == (model.num_timesteps - 200) // (4 * n_envs)
     assert model._n_updates == engine.gradient_steps  # a batch drawn after the last train step is given back
     assert not th.equal(parameters_to_vector(model.q_net_target.parameters()), target_before)
 
