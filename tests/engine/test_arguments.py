@@ -95,6 +95,11 @@ def test_the_parts_must_fit_together() -> None:
         PolicyGroup(sac, lag_correction=None)
     for kept in ("auto", "values"):  # the default, and the default before it: off-policy, nothing to correct
         assert PolicyGroup(sac, lag_correction=kept).lag_correction == kept
+    never_trains = SAC("MlpPolicy", "Pendulum-v1", gradient_steps=0)
+    with pytest.raises(ValueError, match="gradient_steps=0 never trains: give the algorithm gradient_steps or"):
+        AsyncRLEngine(
+            EngineConfig(total_env_steps=100), pendulum, PolicyGroup(never_trains), ReplayData(sac.replay_buffer)
+        )
 
 
 def test_a_spent_budget_is_refused_before_the_workers_start() -> None:
