@@ -28,8 +28,8 @@ class EngineConfig:
     :param max_policy_lag: Largest allowed policy lag, in train steps: episodes begun by weights older than this
         when they are assembled are dropped (counted); an on-policy rollout then waits for one more train step.
         None for no bound.
-    :param replay_ratio: Off-policy: gradient steps per environment step; None takes the algorithm's
-        (``gradient_steps / train_freq``).
+    :param replay_ratio: Off-policy: gradient steps per environment step; None takes the algorithm's, as ``learn()``
+        trains: ``gradient_steps / (train_freq * n_envs)``, 1 for ``gradient_steps=-1``.
     :param weight_sync_interval: Least seconds between two weight publications to the workers.
     :param eval_interval: Evaluate every this many environment steps (on separate environments, while training
         goes on); None never evaluates.
