@@ -158,7 +158,8 @@ class EpisodeAssembler:
     def stop(self) -> None:
         """Stop the thread (once the stream is cancelled, it ends within a wait slice)."""
         self._stopping.set()
-        self._thread.join(5)
+        if threading.current_thread() is not self._thread:  # a collected agent's finaliser may run on it
+            self._thread.join(5)
 
     # ------------------------------------------------------------------------------------------------- thread
 

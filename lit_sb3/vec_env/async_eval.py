@@ -190,5 +190,7 @@ class AsyncEval(CandidateEval):
 
 
 def _release(pool: WorkerPool, population: ArrayPublisher) -> None:
-    pool.close()
-    population.close()
+    try:
+        pool.close()
+    finally:
+        population.close()

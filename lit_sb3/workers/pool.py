@@ -399,15 +399,20 @@ class WorkerPool:
         return stream
 
     def close(self) -> None:
-        """Cancel running jobs, stop every worker (killing those that do not exit) and free resources. Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        _live_pools.discard(self)
-        with contextlib.suppress(PoolClosedError):  # else the dispatcher stopped on a failure and cleaned up
-            self._submit(self._request_stop)
-        self._dispatcher.join()
-        release_torch_threads(self)
+        """Cancel running jobs, stop every worker (killing those that do not exit) and free resources. Idempotent;
+        called again after a Ctrl-C stopped it, it waits for the stop to end."""
+        if not self._closed:
+            self._closed = True
+            _live_pools.discard(self)
+            with contextlib.suppress(PoolClosedError):  # else the dispatcher stopped on a failure and cleaned up
+                self._submit(self._request_stop)
+        try:
+            # The finaliser of a collected owner (AsyncEval, an agent) may run on the dispatcher thread itself: it
+            # then stops once the call returns.
+            if threading.current_thread() is not self._dispatcher:
+                self._dispatcher.join()
+        finally:
+            release_torch_threads(self)
 
     # ------------------------------------------------------------------------------------------------ internals
 
@@ -424,6 +429,8 @@ class WorkerPool:
         self._check_usable()
         if len(labels) != len(payloads) or len(capacities) != self.n_workers:
             raise ValueError("a job needs one label per payload and one capacity per worker")
+        for index, capacity in enumerate(capacities):
+            check_positive_int(f"capacities[{index}]", capacity)
         if retry not in RETRY_POLICIES:
             raise ValueError(f"retry must be one of {RETRY_POLICIES}, got {retry!r}")
         future = stream.result if stream is not None else _new_future()
@@ -529,7 +536,9 @@ class WorkerPool:
                 self._check_starts()
         except BaseException as exc:
             self._broken = exc
-            self._fail_everything(RuntimeError(f"the worker pool's dispatcher failed: {exc!r}"))
+            failure = RuntimeError(f"the worker pool's dispatcher failed: {exc!r}")
+            failure.__cause__ = exc
+            self._fail_everything(failure)
         finally:
             self._shutdown()
 
@@ -629,6 +638,8 @@ class WorkerPool:
                 reply: Reply = handle.recv()
             except (EOFError, OSError):
                 return False
+            except Exception as exc:
+                raise RuntimeError(f"a reply of worker {handle.worker_index} cannot be read here: {exc!r}") from exc
             self._on_reply(handle.worker_index, reply)
         return True
 
@@ -779,7 +790,9 @@ class WorkerPool:
         replays = [_Call(call.method, call.args, None) for call in slot.sticky.values()]
         slot.waiting_calls.extendleft(reversed(replays))
         if slot.board is not None:
-            slot.attach_board(slot.board)
+            # A new board: a thread that timed out cannot be stopped, and would write on the old one when it returns.
+            slot.board.close()
+            slot.attach_board(self._backend.progress_board(index, (self.slot_counts[index], PROGRESS_COLUMNS)))
         self._grant_credit()
 
     def _check_progress(self) -> None:
@@ -826,7 +839,8 @@ class WorkerPool:
 
     def _fail_everything(self, error: BaseException) -> None:
         for job in self._jobs:
-            job.end(error)
+            if not job.finished:  # a finished stream keeps its results until they are taken
+                job.end(error)
         for slot in self._slots:
             for call in [*slot.calls_in_flight.values(), *slot.waiting_calls]:
                 if call.future is not None and not call.future.done():

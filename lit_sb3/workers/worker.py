@@ -57,7 +57,14 @@ def run_worker(channel: Channel, app_factory: bytes) -> None:
     except BaseException as exc:
         channel.send(Reply(READY_REQUEST_ID, failure=RemoteFailure.from_exception(exc)))
         return
-    channel.send(Reply(READY_REQUEST_ID, value=(app.slot_count, description)))
+    try:
+        channel.send(Reply(READY_REQUEST_ID, value=(app.slot_count, description)))
+    except (EOFError, OSError):
+        app.close()  # the pool is gone
+        return
+    except Exception as exc:
+        channel.send(_unsendable(READY_REQUEST_ID, exc))
+        return
     try:
         _WorkerLoop(channel, app).run()
     except (EOFError, OSError):
@@ -143,7 +150,13 @@ class _WorkerLoop:
             self._reply(Reply(request.request_id, failure=RemoteFailure.from_exception(exc)))
 
     def _cancel(self, request_ids: tuple[int, ...] | None) -> None:
-        dropped = self.app.cancel(request_ids)
+        waiting = [
+            message
+            for message in self.backlog
+            if message.is_task and (request_ids is None or message.request_id in request_ids)
+        ]  # tasks not yet handed to the app, behind a control: they never start
+        self.backlog = deque(message for message in self.backlog if message not in waiting)
+        dropped = [*self.app.cancel(request_ids), *(message.request_id for message in waiting)]
         for request_id in dropped:
             held = sum(1 for reply, _ in self.outbox if reply.request_id == request_id)
             self.outbox = deque(entry for entry in self.outbox if entry[0].request_id != request_id)
@@ -152,7 +165,7 @@ class _WorkerLoop:
     def _control(self, request: Request) -> None:
         # An immediate control's answer does not wait behind partial results held for want of credit (a weight sync
         # would look unread until the consumer frees room); another's comes after the results of the tasks before it.
-        answer = self.channel.send if request.method in self.app.immediate_methods else self._reply
+        answer = self._send if request.method in self.app.immediate_methods else self._reply
         value: Any = None
         try:
             arguments = _arguments(request)
@@ -197,7 +210,18 @@ class _WorkerLoop:
         if self.outbox:  # a task's final reply never overtakes its partial results
             self.outbox.append((reply, time.monotonic()))
         else:
+            self._send(reply)
+
+    def _send(self, reply: Reply) -> None:
+        """Send a reply; one that cannot be pickled fails its request instead (a task that would go on is dropped)."""
+        try:
             self.channel.send(reply)
+        except (EOFError, OSError):
+            raise  # the pool is gone
+        except Exception as exc:
+            if not reply.final:
+                self.app.cancel((reply.request_id,))
+            self.channel.send(_unsendable(reply.request_id, exc))
 
     # --------------------------------------------------------------------------------------------- credit
 
@@ -209,7 +233,7 @@ class _WorkerLoop:
                 if not reply.final and self.credit is not None:
                     self.credit -= 1
                 self.outbox.popleft()
-                self.channel.send(dataclasses.replace(reply, wait_seconds=waited) if not reply.final else reply)
+                self._send(dataclasses.replace(reply, wait_seconds=waited) if not reply.final else reply)
             elif self.put_timeout is not None and waited >= self.put_timeout:
                 self.outbox.popleft()
                 # A dropped unit counts as delivered: its resume arguments travel without it.
@@ -229,3 +253,10 @@ class _WorkerLoop:
 def _arguments(request: Request) -> tuple[Any, ...]:
     # Arguments travel pickled so that one that cannot be rebuilt here fails its request, not the worker.
     return pickle.loads(request.args)
+
+
+def _unsendable(request_id: int, exc: Exception) -> Reply:
+    """:return: The failure of a request whose reply could not be pickled (``exc``)."""
+    error = TypeError(f"the worker's reply cannot be pickled to send it to the pool: {exc}")
+    error.__cause__ = exc
+    return Reply(request_id, failure=RemoteFailure.from_exception(error))

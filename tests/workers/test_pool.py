@@ -339,7 +339,38 @@ def test_a_use_that_passed_its_check_as_the_pool_broke_fails_instead_of_waiting(
         pool.close()
 
 
+def test_a_cancelled_task_waiting_behind_a_control_never_starts(backend_name: str) -> None:
+    with contextlib.closing(counting_pool(backend_name, n_workers=1)) as pool:
+        first = pool.stream_tasks("count", [(5, 0.1, -1)], labels=["short"], capacities=[1])
+        time.sleep(0.1)
+        control = pool.call(0, "finished_tasks")  # not immediate: it waits for the task, and what comes after it too
+        endless = pool.stream_tasks("forever", [(0.05,)], labels=["endless"], capacities=[1])
+        time.sleep(0.1)
+        endless.cancel()
+        assert first.result.result(10) == [list(range(5))] and control.result(10) == 1
+        assert pool.call(0, "finished_tasks").result(10) == 1  # the worker is free: the cancelled task never ran
+        assert endless.counts.received == 0
+
+
+def test_a_reply_that_cannot_be_pickled_fails_its_call_not_the_worker() -> None:
+    with contextlib.closing(counting_pool("processes", n_workers=1)) as pool:
+        with pytest.raises(WorkerError, match=r"the worker's reply cannot be pickled .* cannot pickle '_thread\.lock'"):
+            pool.call(0, "lock").result(30)
+        assert pool.call(0, "whoami").result(30)[0] == 0 and pool.restarts == 0
+
+
+def test_a_finished_stream_keeps_its_results_when_the_pool_closes(backend_name: str) -> None:
+    for _ in range(5):
+        pool = counting_pool(backend_name, n_workers=1)
+        stream = pool.stream_tasks("count", [(5, 0.0, -1)], labels=["a"], capacities=[1])
+        stream.result.result(10)
+        pool.close()
+        assert len(list(stream)) == 5
+
+
 def test_invalid_job_arguments_are_refused(pool: WorkerPool) -> None:
+    with pytest.raises(ValueError, match=r"capacities\[1\] must be at least 1, got 0"):
+        pool.run_tasks("count", [(1, 0.0, -1)], labels=["x"], capacities=[1, 0])
     with pytest.raises(ValueError, match="retry must be one of"):
         pool.run_tasks("count", [(1, 0.0, -1)], labels=["x"], capacities=[1, 1], retry="again")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="one label per payload"):

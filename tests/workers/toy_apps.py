@@ -27,7 +27,7 @@ class CountingApp(WorkerApp):
     """
 
     immediate_methods: ClassVar[frozenset[str]] = frozenset({"whoami", "set_tag"})
-    control_methods: ClassVar[frozenset[str]] = frozenset({"whoami", "set_tag", "finished_tasks"})
+    control_methods: ClassVar[frozenset[str]] = frozenset({"whoami", "set_tag", "finished_tasks", "lock"})
     task_methods: ClassVar[frozenset[str]] = frozenset({"count", "forever", "running_sum"})
 
     def __init__(self, worker_index: int = 0) -> None:
@@ -48,6 +48,10 @@ class CountingApp(WorkerApp):
     def finished_tasks(self) -> int:
         """:return: How many tasks ended so far."""
         return self.finished
+
+    def lock(self) -> Any:
+        """:return: A lock, which cannot be pickled (a reply a worker process cannot send)."""
+        return threading.Lock()
 
     def submit(
         self, request_id: int, method: str, args: tuple[Any, ...], delivered: frozenset[int] = frozenset()
