@@ -22,11 +22,12 @@ from lit_sb3.workers import (
     WorkerDiedError,
     WorkerError,
     WorkerPool,
+    WorkerTimeoutError,
 )
 from lit_sb3.workers.backend import Backend
 from lit_sb3.workers.choice import BackendChoice
 from lit_sb3.workers.local import LocalWorker
-from workers.toy_apps import BrokenApp, CountingApp, SquareApp
+from workers.toy_apps import BlockingApp, BrokenApp, CountingApp, SquareApp
 
 
 @pytest.fixture(params=["processes", "threads"])
@@ -357,6 +358,17 @@ def test_a_reply_that_cannot_be_pickled_fails_its_call_not_the_worker() -> None:
         with pytest.raises(WorkerError, match=r"the worker's reply cannot be pickled .* cannot pickle '_thread\.lock'"):
             pool.call(0, "lock").result(30)
         assert pool.call(0, "whoami").result(30)[0] == 0 and pool.restarts == 0
+
+
+def test_a_timed_out_thread_does_not_mark_its_replacement_stuck() -> None:
+    """A worker thread cannot be stopped: when the one that timed out wakes, its progress marks reach no board the
+    replacement uses."""
+    with contextlib.closing(WorkerPool([BlockingApp], backend=ThreadBackend(), unit_timeout=0.5)) as pool:
+        with pytest.raises(WorkerTimeoutError):
+            pool.run_tasks("block", [(2.0,)], labels=["blocked"], capacities=[1]).result(20)
+        bystander = pool.run_tasks("wait", [(3.0,)], labels=["bystander"], capacities=[1], retry="fail")
+        assert bystander.result(20) == ["wait"]
+        assert pool.restarts == 0
 
 
 def test_a_finished_stream_keeps_its_results_when_the_pool_closes(backend_name: str) -> None:

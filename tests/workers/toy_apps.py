@@ -160,6 +160,48 @@ class TorchThreadsApp(SquareApp):
         return torch.get_num_threads()
 
 
+class BlockingApp(WorkerApp):
+    """
+    Task ``block(seconds)`` marks unit 0 started, blocks ``seconds`` in one call (where a worker thread cannot be
+    stopped), then marks unit 1 started and ends without marking it idle (what a timed-out thread does when it wakes);
+    task ``wait(seconds)`` ends after ``seconds`` and marks no unit.
+    """
+
+    task_methods: ClassVar[frozenset[str]] = frozenset({"block", "wait"})
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._tasks: dict[int, tuple[str, float]] = {}
+
+    def submit(
+        self, request_id: int, method: str, args: tuple[Any, ...], delivered: frozenset[int] = frozenset()
+    ) -> None:
+        (seconds,) = args
+        self._tasks[request_id] = (method, seconds if method == "block" else time.monotonic() + seconds)
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._tasks)
+
+    def advance(self) -> list[tuple[int, Any]]:
+        request_id, (method, value) = next(iter(self._tasks.items()))
+        if method == "block":
+            self.mark_started(0, 0, request_id)
+            time.sleep(value)
+            self.mark_started(0, 1, request_id)  # left marked: the worker's channel is closed by then
+        elif time.monotonic() < value:
+            time.sleep(WAIT_SLICE)
+            return []
+        del self._tasks[request_id]
+        return [(request_id, method)]
+
+    def cancel(self, request_ids: tuple[int, ...] | None = None) -> list[int]:
+        dropped = [rid for rid in self._tasks if request_ids is None or rid in request_ids]
+        for request_id in dropped:
+            del self._tasks[request_id]
+        return dropped
+
+
 class StuckWhileMarked(CountingApp):
     """A counting app whose constructor hangs while a marker file exists (a worker that never becomes ready)."""
 
