@@ -221,6 +221,8 @@ class _WorkerLoop:
         except Exception as exc:
             if not reply.final:
                 self.app.cancel((reply.request_id,))
+                if self.credit is not None:
+                    self.credit += 1  # the partial result was not sent: its credit stays unspent
             self.channel.send(_unsendable(reply.request_id, exc))
 
     # --------------------------------------------------------------------------------------------- credit

@@ -360,6 +360,18 @@ def test_a_reply_that_cannot_be_pickled_fails_its_call_not_the_worker() -> None:
         assert pool.call(0, "whoami").result(30)[0] == 0 and pool.restarts == 0
 
 
+def test_a_partial_result_that_cannot_be_pickled_fails_its_stream_and_keeps_the_credit() -> None:
+    with contextlib.closing(counting_pool("processes", n_workers=1, stream_capacity=1)) as pool:
+        pool.call(0, "set_tag", "unpicklable").result(30)
+        broken = count_stream(pool, n_tasks=1, n_units=3, unit_seconds=0.0)
+        with pytest.raises(WorkerError, match="the worker's reply cannot be pickled"):
+            broken.result.result(30)
+        pool.call(0, "set_tag", None).result(30)
+        assert [item.value for item in take(count_stream(pool, n_tasks=1, n_units=3, unit_seconds=0.0), 3)] == [
+            (unit, None) for unit in range(3)
+        ]
+
+
 def test_a_timed_out_thread_does_not_mark_its_replacement_stuck() -> None:
     """A worker thread cannot be stopped: when the one that timed out wakes, its progress marks reach no board the
     replacement uses."""

@@ -19,9 +19,10 @@ class CountingApp(WorkerApp):
     """
     Task ``count(n, unit_seconds, fail_at)`` emits units ``0..n-1`` (skipping delivered ones) one every
     ``unit_seconds``, each as ``(unit, tag)`` with the current ``tag``, and ends with the list of units it emitted.
-    ``fail_at`` makes the task raise on that unit. Task ``forever(unit_seconds)`` emits units until cancelled. Task
-    ``running_sum(n, unit_seconds, total)`` emits units ``0..n-1`` each as ``(unit, total + 0 + 1 + ... + unit)``;
-    its state is more than its units: it resumes from the total its resume arguments carry.
+    ``fail_at`` makes the task raise on that unit; the tag ``"unpicklable"`` makes units that cannot be pickled. Task
+    ``forever(unit_seconds)`` emits units until cancelled. Task ``running_sum(n, unit_seconds, total)`` emits units
+    ``0..n-1`` each as ``(unit, total + 0 + 1 + ... + unit)``; its state is more than its units: it resumes from the
+    total its resume arguments carry.
 
     :param worker_index: Index of the worker (returned by ``whoami``).
     """
@@ -99,7 +100,7 @@ class CountingApp(WorkerApp):
                 raise TaskError(request_id, unit) from exc
         self.mark_idle(0)
         if task["total"] is None:
-            self.emit(request_id, unit, (unit, self.tag))
+            self.emit(request_id, unit, (unit, threading.Lock() if self.tag == "unpicklable" else self.tag))
         else:
             task["total"] += unit
             self.emit(request_id, unit, (unit, task["total"]), (task["n"], task["unit_seconds"], task["total"]))
