@@ -66,7 +66,7 @@ class AsyncCollector:
     :param vec_normalize: The trainer's ``VecNormalize``, if any: its statistics are updated with every episode
         consumed (each observation and return counted once, in consumption order) and published to the workers,
         which normalise observations with them; an on-policy rollout is counted in them, and its rewards normalised,
-        when the trainer takes it (on its thread).
+        when the trainer takes it (on its thread); off-policy, a whole episode when the trainer takes its first step.
     :param initial_version: The version of ``policy``'s weights (the trainer's version counter when collection
         starts).
     """
