@@ -213,14 +213,14 @@ class _BatchSlots(SlotEnv):
         self.episode_returns += np.where(running, rewards, 0.0)
         self.episode_lengths += running
         ended = running & dones
+        if not ended.any():
+            return []
         for slot in np.flatnonzero(ended & self.monitored):
             episode = infos[slot].get("episode")
             if episode is None:
                 ended[slot] = False  # only a part of the Monitor's episode ended (the VecEnv reset it)
             else:
                 self.episode_returns[slot], self.episode_lengths[slot] = episode["r"], episode["l"]
-        if not ended.any():
-            return []
         running &= ~ended
         self.running_slots = np.flatnonzero(running).tolist()
         return np.flatnonzero(ended).tolist()

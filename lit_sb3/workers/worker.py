@@ -150,13 +150,12 @@ class _WorkerLoop:
             self._reply(Reply(request.request_id, failure=RemoteFailure.from_exception(exc)))
 
     def _cancel(self, request_ids: tuple[int, ...] | None) -> None:
-        waiting = [
-            message
-            for message in self.backlog
-            if message.is_task and (request_ids is None or message.request_id in request_ids)
-        ]  # tasks not yet handed to the app, behind a control: they never start
-        self.backlog = deque(message for message in self.backlog if message not in waiting)
-        dropped = [*self.app.cancel(request_ids), *(message.request_id for message in waiting)]
+        def cancelled(message: Request) -> bool:  # a task not yet handed to the app, behind a control: never started
+            return message.is_task and (request_ids is None or message.request_id in request_ids)
+
+        waiting = [message.request_id for message in self.backlog if cancelled(message)]
+        self.backlog = deque(message for message in self.backlog if not cancelled(message))
+        dropped = [*self.app.cancel(request_ids), *waiting]
         for request_id in dropped:
             held = sum(1 for reply, _ in self.outbox if reply.request_id == request_id)
             self.outbox = deque(entry for entry in self.outbox if entry[0].request_id != request_id)
