@@ -26,8 +26,8 @@ class ARS(PopulationAlgorithm):
     ``sqrt(2 * n_top / (2 * n_top - 1))`` times smaller, 1.41 at ``n_top=1``), so hyper-parameters tuned for
     sb3-contrib's ARS take the same steps.
     ARS V1 as is; V2 (observation normalisation) with the environment wrapped in
-    ``VecNormalize(norm_reward=False)``. Hyper-parameter names and defaults are those of
-    sb3-contrib's ARS, so its configurations (keyword arguments, as rl-zoo passes them) run unchanged.
+    ``VecNormalize(norm_reward=False)``. Hyper-parameter names, order and defaults are those of
+    sb3-contrib's ARS, so its code and configurations run unchanged; the options it does not have are keyword-only.
 
     With V2, the statistics are frozen during a round (as in the paper's code) and by default updated after each
     one. ``normalization_update_interval=k`` updates the normalisation every ``k`` rounds only: the policy then
@@ -47,11 +47,6 @@ class ARS(PopulationAlgorithm):
     :param zero_policy: Whether the policy starts from all-zero weights.
     :param alive_bonus_offset: Constant added to the reward at each step, used to cancel out alive bonuses.
     :param n_eval_episodes: Number of episodes to evaluate each candidate.
-    :param normalization_update_interval: Rounds between two updates of the observation normalisation (V2).
-    :param normalization_inertia: How many times their count the statistics in use weigh when a round's
-        observations are added to them (V2); 1 keeps them exact. Updates every round only.
-    :param return_std_ddof: Delta degrees of freedom of the standard deviation of the returns that scales the step
-        (``numpy.std``'s ``ddof``): 0 for the population one (the paper's code), 1 for the sample one (sb3-contrib).
     :param policy_kwargs: Keyword arguments to pass to the policy on creation.
     :param stats_window_size: How many recent episodes ``rollout/ep_rew_mean`` and ``ep_len_mean`` average.
     :param tensorboard_log: The log location for TensorBoard (if None, no logging).
@@ -59,13 +54,17 @@ class ARS(PopulationAlgorithm):
     :param verbose: Verbosity level: 0 no output, 1 info, 2 debug.
     :param device: Torch device of the policy.
     :param _init_setup_model: Whether or not to build the network at the creation of the instance.
+    :param normalization_update_interval: Rounds between two updates of the observation normalisation (V2).
+    :param normalization_inertia: How many times their count the statistics in use weigh when a round's
+        observations are added to them (V2); 1 keeps them exact. Updates every round only.
+    :param return_std_ddof: Delta degrees of freedom of the standard deviation of the returns that scales the step
+        (``numpy.std``'s ``ddof``): 0 for the population one (the paper's code), 1 for the sample one (sb3-contrib).
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0917 - the positional arguments of sb3-contrib's ARS
         self,
         policy: str | type[BasePolicy],
         env: GymEnv | str | None,
-        *,
         n_delta: int = 8,
         n_top: int | None = None,
         learning_rate: float | Schedule = 0.02,
@@ -73,9 +72,6 @@ class ARS(PopulationAlgorithm):
         zero_policy: bool = True,
         alive_bonus_offset: float = 0,
         n_eval_episodes: int = 1,
-        normalization_update_interval: int = 1,
-        normalization_inertia: float = 1.0,
-        return_std_ddof: int = 0,
         policy_kwargs: dict[str, Any] | None = None,
         stats_window_size: int = 100,
         tensorboard_log: str | None = None,
@@ -83,6 +79,10 @@ class ARS(PopulationAlgorithm):
         verbose: int = 0,
         device: th.device | str = "cpu",
         _init_setup_model: bool = True,
+        *,
+        normalization_update_interval: int = 1,
+        normalization_inertia: float = 1.0,
+        return_std_ddof: int = 0,
     ) -> None:
         check_positive_int("n_delta", n_delta)
         if n_top is None:

@@ -489,16 +489,15 @@ class PopulationAlgorithm(BaseAlgorithm):
 
     # ---------------------------------------------------------------------------------------- learn
 
-    def learn(  # noqa: PLR0917 - the positional arguments of Stable-Baselines3's learn()
+    def learn(  # type: ignore[override]  # noqa: PLR0917 - sb3-contrib's ARS.learn(): async_eval before progress_bar
         self: SelfPopulationAlgorithm,
         total_timesteps: int,
         callback: MaybeCallback = None,
         log_interval: int | None = 1,
         tb_log_name: str | None = None,
         reset_num_timesteps: bool = True,
-        progress_bar: bool = False,
-        *,
         async_eval: CandidateEval | None = None,
+        progress_bar: bool = False,
     ) -> SelfPopulationAlgorithm:
         """
         Return a trained model.
@@ -508,11 +507,14 @@ class PopulationAlgorithm(BaseAlgorithm):
         :param log_interval: Rounds between two logger dumps (None or 0: no dumps).
         :param tb_log_name: The name of the run for TensorBoard logging; defaults to the algorithm's name.
         :param reset_num_timesteps: Whether or not to reset the current timestep number (used in logging).
-        :param progress_bar: Display a progress bar of env steps using tqdm and rich.
         :param async_eval: Evaluates the candidates in worker processes; by default they run in this process, on
             the model's environment. It is not closed here: reuse it across ``learn()`` calls, close it when done.
+            It comes before ``progress_bar``, as in sb3-contrib's ``ARS.learn()``.
+        :param progress_bar: Display a progress bar of env steps using tqdm and rich.
         :return: The trained model.
         """
+        if not isinstance(progress_bar, bool):
+            raise TypeError(f"progress_bar must be a bool, got {type(progress_bar).__name__}")
         if self.env is None:
             raise ValueError("learn() needs an environment: pass env to the constructor, to load() or to set_env()")
         total_timesteps, callback = self._setup_learn(

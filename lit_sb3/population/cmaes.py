@@ -147,7 +147,13 @@ class CMAES(PopulationAlgorithm):
         }
         if pop_size is not None:
             options["popsize"] = pop_size
-        return cma.CMAEvolutionStrategy(mean.astype(np.float64), self.sigma0, options)
+        with warnings.catch_warnings():
+            # cma only warns about an option it cannot evaluate and runs with the string until a round fails on it.
+            warnings.filterwarnings("error", message=".*is not a safe string", category=UserWarning)
+            try:
+                return cma.CMAEvolutionStrategy(mean.astype(np.float64), self.sigma0, options)
+            except UserWarning as error:
+                raise ValueError(f"cma_options: {error}") from None
 
     def _parameters_set(self) -> None:
         # Other weights than the strategy's mean: a new strategy starts there.
@@ -179,13 +185,24 @@ class CMAES(PopulationAlgorithm):
         if getattr(strategy.sm, "randn", randn) is not randn:
             # When CMA_diagonal runs out, cma replaces its sampler with one drawing from numpy's global generator.
             strategy.sm.randn = randn
-        if strategy.stop() and self.n_restarts < self.restarts:
+        stop_reasons = sorted(strategy.stop())
+        if stop_reasons and self.n_restarts < self.restarts:
             self.n_restarts += 1
             pop_size = round(strategy.popsize * self.incpopsize)
             mean = self._strategy_mean(strategy)
             strategy = self.strategy = self._new_strategy(mean, pop_size, strategy.opts["randn"])
+            stop_reasons = []
+        elif stop_reasons:
+            warnings.warn(
+                f"cma's termination criteria {', '.join(stop_reasons)} are met and no restart is left "
+                f"(restarts={self.restarts}): the strategy keeps going; more restarts (or other cma_options) "
+                "would start a new one",
+                UserWarning,
+                stacklevel=3,
+            )
         self.policy.load_from_vector(self._strategy_mean(strategy))
         return {  # the strategy of the next round
+            "train/stopped": float(bool(stop_reasons)),
             "train/sigma": float(strategy.sigma),
             "train/pop_size": float(strategy.popsize),
             "train/restarts": float(self.n_restarts),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import numpy as np
@@ -37,7 +38,9 @@ class ES(PopulationAlgorithm):
     :param pop_size: Candidates per round (an even number: antithetic pairs).
     :param sigma: Float or schedule for the standard deviation of the perturbations.
     :param learning_rate: Float or schedule for the optimiser's learning rate.
-    :param weight_decay: L2 penalty coefficient, passed to the optimiser.
+    :param weight_decay: L2 penalty coefficient, passed to the optimiser: it adds ``weight_decay * weights`` to the
+        paper's gradient estimate, which is divided by ``sigma``. OpenAI's code leaves that division out, so its
+        ``l2coeff`` is ``weight_decay * sigma`` here (its 0.005 at ``sigma=0.02`` is ``weight_decay=0.25``).
     :param optimizer_class: The torch optimiser class, or its name: ``"adam"``, ``"sgd"`` or ``"clipup"``.
     :param optimizer_kwargs: More keyword arguments for the optimiser; by default ``betas=(0.5, 0.999)`` for Adam
         (``momentum`` and ``max_speed`` for ClipUp, whose defaults are 0.9 and twice the learning rate).
@@ -80,7 +83,14 @@ class ES(PopulationAlgorithm):
         check_population_size(pop_size, even=True)
         optimizer_class = resolve_optimizer("optimizer_class", optimizer_class)
         check_scale("weight_decay", weight_decay, allow_zero=True)
-        check_settings("optimizer_kwargs", optimizer_kwargs)
+        settings = check_settings("optimizer_kwargs", optimizer_kwargs)
+        for key, argument in (("lr", "learning_rate"), ("weight_decay", "weight_decay")):
+            if key in settings:
+                raise ValueError(f"optimizer_kwargs must not set {key!r}: use the {argument} argument")
+        try:
+            inspect.signature(optimizer_class).bind(None, lr=1.0, weight_decay=weight_decay, **settings)
+        except TypeError as error:
+            raise TypeError(f"optimizer_kwargs do not fit {optimizer_class.__name__}: {error}") from None
         super().__init__(
             policy,
             env,

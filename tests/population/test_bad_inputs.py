@@ -81,6 +81,8 @@ def test_unsupported_spaces(algorithm, observation_space, action_space, message)
         (ES, {"sigma": 0.0}, "sigma must be finite and > 0, got 0.0"),
         (CEM, {"extra_noise": -0.01}, "extra_noise must be finite and >= 0, got -0.01"),
         (ES, {"optimizer_class": "rmsprop"}, "optimizer_class must be one of 'adam', 'clipup', 'sgd' or a torch"),
+        (ES, {"optimizer_kwargs": {"lr": 0.1}}, "optimizer_kwargs must not set 'lr': use the learning_rate argument"),
+        (ES, {"optimizer_kwargs": {"weight_decay": 0.1}}, "optimizer_kwargs must not set 'weight_decay': use the"),
         (PGPE, {"popsize": 7}, r"popsize must be an even int \(antithetic pairs\) >= 2, got 7"),
         (PGPE, {"pop_size": 8}, "give popsize or pop_size .*, not both: got 8 and 8"),
         (PGPE, {"popsize": None, "pop_size": 5}, r"pop_size must be an even int \(antithetic pairs\) >= 2, got 5"),
@@ -157,6 +159,9 @@ def test_settings_that_are_no_dict_by_name(algorithm, name, settings):
 def test_a_setting_a_torch_optimizer_does_not_take():
     with pytest.raises(TypeError, match=r"optimizer_config: .*unexpected keyword argument 'max_sped'"):
         make_model(PGPE, optimizer=th.optim.RMSprop, optimizer_config={"max_sped": 0.1})
+    # Named before anything is built (the torch optimiser is made once the env and policy are).
+    with pytest.raises(TypeError, match=r"optimizer_kwargs do not fit Adam: .*unexpected keyword argument 'max_speed'"):
+        ES("LinearPolicy", None, optimizer_kwargs={"max_speed": 0.1}, _init_setup_model=False)
 
 
 def test_numpy_scalars_are_numbers():

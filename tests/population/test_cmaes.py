@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import re
+import warnings
 
 import numpy as np
 import pytest
@@ -64,14 +66,23 @@ def test_a_stopped_strategy_restarts_from_its_mean_with_a_larger_population():
         candidates = model.ask()
         stopping = copy.deepcopy(model.strategy)
         stopping.tell(list(candidates.astype(np.float64)), [0.0] * len(candidates))
-        statistics = model.tell(np.zeros(len(candidates)))
-        logged.append((len(candidates), statistics["train/pop_size"], statistics["train/restarts"]))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            statistics = model.tell(np.zeros(len(candidates)))
+        # Once no restart is left, the stopped strategy goes on, and says so.
+        assert all(
+            re.match(r"cma's termination criteria \w+(, \w+)* are met and no restart is left", str(warning.message))
+            for warning in caught
+        )
+        logged.append(
+            (len(candidates), *(statistics[f"train/{key}"] for key in ("pop_size", "restarts", "stopped")), len(caught))
+        )
         if model.strategy.countiter == 0:  # a new strategy: from the stopped one's mean, with sigma0
             np.testing.assert_allclose(model.policy.parameters_to_vector(), stopping.result.xfavorite, rtol=1e-6)
             assert statistics["train/sigma"] == model.sigma0
             restarts_seen += 1
     assert restarts_seen == 2
-    assert logged == [(4, 6.0, 1.0), (6, 9.0, 2.0), (9, 9.0, 2.0), (9, 9.0, 2.0)]
+    assert logged == [(4, 6.0, 1.0, 0.0, 0), (6, 9.0, 2.0, 0.0, 0), (9, 9.0, 2.0, 1.0, 1), (9, 9.0, 2.0, 1.0, 1)]
 
 
 def test_cma_options_turn_cma_output_on_and_cannot_set_the_population_size():
@@ -80,3 +91,7 @@ def test_cma_options_turn_cma_output_on_and_cannot_set_the_population_size():
     assert make_model(CMAES).strategy.opts["verb_disp"] == 0  # off by default
     with pytest.raises(ValueError, match="cma_options must not set 'popsize_factor': use the pop_size argument"):
         make_model(CMAES, pop_size=4, cma_options={"popsize_factor": 3})
+    # cma only warns about an option it cannot evaluate, and fails on it rounds later: refused when built.
+    with pytest.raises(ValueError, match='cma_options: "abc" is not a safe string'):
+        make_model(CMAES, cma_options={"maxiter": "abc"})
+    assert make_model(CMAES, cma_options={"maxiter": "10 * N"}).strategy.opts["maxiter"] == 80

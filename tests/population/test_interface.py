@@ -13,6 +13,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 
 import lit_sb3
 import lit_sb3.population
+from lit_sb3 import AsyncEval
 from lit_sb3.policies import LinearPolicy, MlpPolicy
 from lit_sb3.population import ARS, CEM, ES
 from population.helpers import ALGORITHMS, cartpole_vec_env, make_model
@@ -113,10 +114,17 @@ def test_learn_with_log_interval_none_writes_no_logs(capsys):
 
 
 def test_ars_has_the_arguments_and_defaults_of_sb3_contrib_ars():
+    for method in ("__init__", "learn"):
+        # The same arguments in the same order (their code runs unchanged, positional arguments included), then
+        # keyword-only options of ours; the constructor's defaults are theirs (learn's tb_log_name is the class name).
+        theirs = inspect.signature(getattr(sb3_contrib.ARS, method)).parameters
+        ours = list(inspect.signature(getattr(ARS, method)).parameters.values())
+        assert list(theirs) == [parameter.name for parameter in ours[: len(theirs)]], method
+        assert all(parameter.kind is parameter.KEYWORD_ONLY for parameter in ours[len(theirs) :]), method
     theirs = inspect.signature(sb3_contrib.ARS.__init__).parameters
-    ours = inspect.signature(ARS.__init__).parameters
+    ours_by_name = inspect.signature(ARS.__init__).parameters
     assert {name: parameter.default for name, parameter in theirs.items()} == {
-        name: ours[name].default for name in theirs
+        name: ours_by_name[name].default for name in theirs
     }
     # An rl-zoo style configuration (its algorithm keyword arguments) builds the same policy in both.
     config = {"n_delta": 8, "n_top": 4, "delta_std": 0.025, "learning_rate": 0.018, "alive_bonus_offset": -1.0}
@@ -125,6 +133,22 @@ def test_ars_has_the_arguments_and_defaults_of_sb3_contrib_ars():
     reference = sb3_contrib.ARS("MlpPolicy", "Pendulum-v1", **config)
     assert model.policy.state_dict().keys() == reference.policy.state_dict().keys()
     model.learn(200)
+
+
+def test_ars_takes_sb3_contrib_positional_arguments(monkeypatch):
+    """``ARS(policy, env, n_delta, n_top, ...)`` and ``learn(..., reset_num_timesteps, async_eval)``: sb3-contrib's."""
+    model = ARS("LinearPolicy", cartpole_vec_env(), 4, 2, 0.02, 0.05, seed=0)
+    assert (model.n_delta, model.n_top, model.delta_std) == (4, 2, 0.05)
+    with AsyncEval([cartpole_vec_env, cartpole_vec_env], model.policy) as async_eval:
+        sent: list[int] = []
+        send_jobs = async_eval.send_jobs
+        monkeypatch.setattr(
+            async_eval, "send_jobs", lambda weights, pop_size: [sent.append(pop_size), send_jobs(weights, pop_size)]
+        )
+        model.learn(100, None, 1, "ARS", True, async_eval)
+        assert sent and set(sent) == {8}  # the rounds went to the workers
+    with pytest.raises(TypeError, match="progress_bar must be a bool"):
+        model.learn(100, None, 1, "ARS", True, None, async_eval)
 
 
 class NaNRewards(gym.Wrapper):

@@ -25,7 +25,7 @@ OWN_KEYS = {
     ARS: {"train/learning_rate", "train/step_size", "train/delta_std"},
     ES: {"train/learning_rate", "train/sigma", "train/gradient_norm"},
     CEM: {"train/elite_return", "train/std", "train/extra_noise"},
-    CMAES: {"train/sigma", "train/pop_size", "train/restarts", "train/best_return"},
+    CMAES: {"train/sigma", "train/pop_size", "train/restarts", "train/stopped", "train/best_return"},
     PGPE: {"train/learning_rate", "train/stdev", "train/gradient_norm", "train/pop_size", "train/speed"},
     SNES: {"train/learning_rate", "train/stdev_learning_rate", "train/stdev", "train/pop_size"},
     XNES: {"train/learning_rate", "train/stdev_learning_rate", "train/stdev", "train/pop_size"},
