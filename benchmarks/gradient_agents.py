@@ -20,8 +20,9 @@ With a threshold, the env steps to it (the trainer's ``num_timesteps`` then) sho
 whatever the machine's load: weights that act while the trainer moves on (async collection) can take more.
 
 Reference: ``pip install --no-deps async-gym-agents==0.5.0`` in the benchmark's environment (not a dependency of
-lit_sb3); without it its rows are left out. Torch keeps its default threads (one per core) in every row: lit_sb3's
-pools of workers (processes or threads) keep the trainer's torch to the cores their workers leave.
+lit_sb3); without it its rows are left out. Torch keeps its default threads (one per core) in every row but the
+plain SB3 ones "torch at 1 thread": lit_sb3's pools of workers (processes or threads) keep the trainer's torch to
+the cores their workers leave, so each row is also compared with plain SB3 at one torch thread.
 
 Usage: ``python benchmarks/gradient_agents.py`` (about an hour; ``--quick`` for one seed and small budgets;
 ``--only CONFIGURATION ...`` for some rows and their plain SB3 references; ``--cases cartpole sleepy sac
@@ -42,6 +43,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import torch as th
 from gymnasium.envs.classic_control import CartPoleEnv
 from stable_baselines3 import PPO, SAC
 from stable_baselines3.common.base_class import BaseAlgorithm
@@ -147,6 +149,11 @@ class Case:
     results: dict[str, list[Run]] = field(default_factory=dict)
 
 
+#: The suffix of a plain SB3 configuration whose torch runs on one thread (lit_sb3 keeps its trainer's torch to the
+#: cores its workers leave; plain SB3 keeps torch's default, a thread per core).
+ONE_THREAD = ", torch at 1 thread"
+
+
 def make_model(case: Case, configuration: str, seed: int) -> tuple[BaseAlgorithm, Callable[[], None]]:
     """:return: The model of a configuration and what releases it."""
     fns: list[Callable[[], gym.Env]] = [partial(monitored, case.env_fn) for _ in range(case.n_envs)]
@@ -154,10 +161,10 @@ def make_model(case: Case, configuration: str, seed: int) -> tuple[BaseAlgorithm
     # lit_sb3 takes the plain SB3 rows' DummyVecEnv; async-gym-agents takes its IndexableMultiEnv, which counts as one
     # environment: n_steps is the whole rollout.
     multi_env_kwargs = {**kwargs, "n_steps": kwargs["n_steps"] * case.n_envs} if "n_steps" in kwargs else kwargs
-    if configuration == "SB3 DummyVecEnv":
+    if configuration.removesuffix(ONE_THREAD) == "SB3 DummyVecEnv":
         model = case.algorithm("MlpPolicy", DummyVecEnv(fns), **kwargs)
         return model, model.env.close  # type: ignore[union-attr]
-    if configuration == "SB3 SubprocVecEnv":
+    if configuration.removesuffix(ONE_THREAD) == "SB3 SubprocVecEnv":
         model = case.algorithm("MlpPolicy", SubprocVecEnv(fns, start_method="forkserver"), **kwargs)
         return model, model.env.close  # type: ignore[union-attr]
     backend, use_mp = configuration.split(" ", 1)[0], "processes" in configuration
@@ -177,6 +184,9 @@ def make_model(case: Case, configuration: str, seed: int) -> tuple[BaseAlgorithm
 
 def measure(case: Case, configuration: str, seed: int, stop_at_threshold: bool = False) -> Run:
     run = Run()
+    torch_threads = th.get_num_threads()
+    if configuration.endswith(ONE_THREAD):
+        th.set_num_threads(1)
     started = time.monotonic()  # what a user waits for: building the model (and its processes) and learning
     model, release = make_model(case, configuration, seed)
     timed_train(model, run)
@@ -192,6 +202,7 @@ def measure(case: Case, configuration: str, seed: int, stop_at_threshold: bool =
             run.wasted_fraction = 1 - report["trainer"]["consumed_steps"] / collected
     finally:
         release()
+        th.set_num_threads(torch_threads)
     return run
 
 
@@ -246,7 +257,8 @@ def main() -> None:
         reference = []
     for seed in seeds:
         for case in cases:
-            plain = ["SB3 SubprocVecEnv"] if case.name.startswith("PPO sleepy") else ["SB3 DummyVecEnv"]
+            plain = [plain_reference(case)]
+            plain.append(plain[0] + ONE_THREAD)
             if case.name.startswith("PPO CartPole"):
                 plain.append("SB3 SubprocVecEnv")
             # The reproducible mode refuses gSDE (its noise is drawn per batch, not per episode).
@@ -290,6 +302,11 @@ def main() -> None:
         print(f"\nwrote {save_result(result, args.results or RESULTS_FOLDER)}")
 
 
+def plain_reference(case: Case) -> str:
+    """:return: The plain SB3 configuration the case's rows are compared with."""
+    return "SB3 SubprocVecEnv" if case.name.startswith("PPO sleepy") else "SB3 DummyVecEnv"
+
+
 #: ``--cases`` names of the row groups, in their order.
 CASE_KEYS = ("cartpole", "sleepy", "sac", "pendulum-gsde")
 
@@ -300,6 +317,7 @@ COLUMNS = [
     Column("seeds", "seeds"),
     Column("steps_per_second", "env steps/s", ",.0f"),
     Column("ratio", "/ plain SB3", ".2f"),
+    Column("ratio_one_thread", "/ plain SB3, torch at 1 thread", ".2f"),
     Column("seconds_to_threshold", "time to threshold (s)", ".0f", "-"),
     Column("steps_to_threshold", "env steps to threshold", ",.0f", "-"),
     Column("reached", "reached", "", "-"),
@@ -313,8 +331,9 @@ def result_table(cases: list[Case], seeds: list[int]) -> Table:
     """:return: The medians of every case and configuration measured (the ratios against the case's plain SB3)."""
     table = Table(COLUMNS)
     for case in [case for case in cases if case.results]:
-        plain_name = "SB3 SubprocVecEnv" if case.name.startswith("PPO sleepy") else "SB3 DummyVecEnv"
+        plain_name = plain_reference(case)
         plain = statistics.median(run.steps_per_second for run in case.results[plain_name])
+        plain_one_thread = statistics.median(run.steps_per_second for run in case.results[plain_name + ONE_THREAD])
         limit = statistics.median(run.steps / run.train_seconds for run in case.results[plain_name])
         for configuration, runs in case.results.items():
             speed = statistics.median(run.steps_per_second for run in runs)
@@ -327,6 +346,7 @@ def result_table(cases: list[Case], seeds: list[int]) -> Table:
                 "seeds": ",".join(str(seed) for seed in seeds),
                 "steps_per_second": speed,
                 "ratio": speed / plain,
+                "ratio_one_thread": speed / plain_one_thread,
             }
             if case.threshold is not None:
                 row["seconds_to_threshold"] = to_threshold if to_threshold < float("inf") else "n/r"

@@ -19,7 +19,7 @@ reset seeds, in a separate environment normalised with the training statistics; 
 Wall time starts when ``learn()`` is called (worker pools are started before). A run stops at the threshold or
 the task's budget of env steps.
 
-Run from the repository root, after ``pip install -e ".[test]"``::
+Run from the repository root, after ``pip install torch==2.13.0 -e ".[test]"``::
 
     python benchmarks/learning.py --quick            # CartPole only, under a minute
     python benchmarks/learning.py                    # every task: about 2 hours on 2 cores

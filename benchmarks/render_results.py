@@ -35,6 +35,8 @@ SLEEPY = "PPO sleepy CartPole (2 ms/step), 8 envs"
 CARTPOLE = "PPO CartPole-v1, 8 envs"
 #: The two kinds of local workers of the gradient agents.
 KINDS = ("threads", "processes")
+#: What names the AsyncEval case in which sb3-contrib steps other environments than ours.
+VS_BEST = "vs sb3-contrib's best"
 MARKER = re.compile(r"(<!-- result: (?P<what>[\w/]+) -->\n)(?P<body>.*?)(<!-- end result -->)", re.DOTALL)
 
 
@@ -94,10 +96,15 @@ def row(result: Result, table: str, **match: str) -> dict[str, Any]:
 
 
 def headline_asynceval(result: Result) -> str:
-    ratios = [row["ratio"] for row in result.tables["throughput"].rows]
+    rows = result.tables["throughput"].rows
+    # The case that gives sb3-contrib other environments (its best CartPole VecEnv) is quoted on its own.
+    same_envs = [row["ratio"] for row in rows if VS_BEST not in row["case"]]
+    other_envs = [row["ratio"] for row in rows if VS_BEST in row["case"]]
     return (
-        f"- **AsyncEval**: {min(ratios):.1f}x to {max(ratios):.1f}x the env steps per second of sb3-contrib's "
-        f"`AsyncEval` on the same populations, seeds and 2 workers ({len(ratios)} cases, {result.date})."
+        f"- **AsyncEval**: {min(same_envs):.1f}x to {max(same_envs):.1f}x the env steps per second of sb3-contrib's "
+        f"`AsyncEval`, same envs, populations, seeds and 2 workers ({len(same_envs)} cases, {result.date})"
+        + "".join(f"; {ratio:.1f}x with a 64-env vector CartPole against its fastest VecEnv" for ratio in other_envs)
+        + "."
     )
 
 

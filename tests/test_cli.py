@@ -705,6 +705,7 @@ USER_ERRORS = [
     ([*TRAIN, "--hyperparams", "code.yml"], "policy_kwargs: cannot read"),
     ([*TRAIN, "--hyperparams", "list.yml"], "list.yml must hold a mapping"),
     ([*TRAIN, "--workers", "-1"], "--workers must be 0 (this process) or more"),
+    ([*TRAIN, "--save", "bad.yml/model"], "--save: the outputs cannot go to 'bad.yml': 'bad.yml' is not a folder"),
     ([*TRAIN, "--total-timesteps", "0"], "--total-timesteps must be at least 1"),
     ([*TRAIN, "--policy", "CnnPolicy"], "--policy must be LinearPolicy or MlpPolicy for ARS, got 'CnnPolicy'"),
     (["train", "sac", "CartPole-v1", "--workers", "0"], "SAC cannot train on CartPole-v1: The algorithm only"),

@@ -247,6 +247,17 @@ def output_stem(save: str | None, algo: str, env_id: str) -> pathlib.Path:
     return path.with_suffix("") if path.suffix == ".zip" else path
 
 
+def check_output_folder(folder: pathlib.Path) -> None:
+    """
+    :param folder: Where the outputs go (created after training where missing).
+    :raises CliError: if the closest existing folder on its path is a file or cannot be written to.
+    """
+    existing = next(path for path in (folder, *folder.parents) if path.exists())
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        what = "is not a folder" if not existing.is_dir() else "is not writable"
+        raise CliError(f"--save: the outputs cannot go to {str(folder)!r}: {str(existing)!r} {what}")
+
+
 def run_train(args: argparse.Namespace) -> None:
     """
     Train, save the model, write the CSV (one row per round or per episode) and the learning curve, print a
@@ -269,11 +280,12 @@ def run_train(args: argparse.Namespace) -> None:
     if args.tensorboard_log is not None:
         require_module("tensorboard", "--tensorboard-log", "tensorboard")
     source = hyperparams_file(args, algo_name)
+    stem = output_stem(args.save, algo_name, args.env_id)
+    check_output_folder(stem.parent)
     if algo_name in GRADIENT_ALGORITHMS:
         training, total_timesteps = _gradient_training(args, algo_name, source)
     else:
         training, total_timesteps = _population_training(args, algo_name, source)
-    stem = output_stem(args.save, algo_name, args.env_id)
 
     interrupted = False
     try:
@@ -285,7 +297,6 @@ def run_train(args: argparse.Namespace) -> None:
     finally:
         training.close()
 
-    stem.parent.mkdir(parents=True, exist_ok=True)
     outputs = training.save(stem)
     recorder = training.recorder
     csv_path, png_path = (stem.with_name(stem.name + suffix) for suffix in (".csv", ".png"))
