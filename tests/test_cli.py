@@ -725,6 +725,7 @@ USER_ERRORS = [
     (["evaluate", "not_a_model.zip", "CartPole-v1"], "not_a_model.zip is not a saved model"),
     (["evaluate", "not_a_model.zip"], "give the saved model and the environment"),
     (["evaluate", "not_a_model.zip", "NoSuchEnv-v0"], "unknown environment id 'NoSuchEnv-v0'"),
+    (["evaluate", "not_a_model.zip", "CartPole-v1", "--pop-size", "3"], "--pop-size is for --random-population"),
     (["evaluate", "--random-population", "--pop-size", "0"], "--pop-size must be at least 1"),
     (["evaluate", "--random-population", "--sigma", "-1"], "--sigma must be a finite number of at least 0, got -1.0"),
     (["evaluate", "--random-population", "CartPole-v1", "Pendulum-v1"], "takes one ENV_ID and no model path"),

@@ -34,6 +34,15 @@ from lit_sb3.cli.common import (
 
 POPULATION_POLICIES = {"linear": LinearPolicy, "mlp": MlpPolicy}
 DEFAULT_POPULATION_ENV = "CartPole-v1"
+#: The defaults of the random population's options (given with a saved model, they are refused).
+POPULATION_DEFAULTS: dict[str, Any] = {
+    "policy": "linear",
+    "pop_size": 32,
+    "sigma": 1.0,
+    "workers": 2,
+    "n_envs": POPULATION_N_ENVS,
+    "top": 10,
+}
 
 EXAMPLES = """\
 examples:
@@ -71,17 +80,28 @@ def add_parser(commands: Any) -> None:
     population.add_argument(
         "--random-population", action="store_true", help="evaluate random policies instead of a saved model"
     )
-    population.add_argument("--policy", choices=sorted(POPULATION_POLICIES), default="linear", help="architecture")
-    population.add_argument("--pop-size", type=int, default=32, help="number of candidates (default: %(default)s)")
-    population.add_argument("--sigma", type=float, default=1.0, help="standard deviation of the random weights")
-    population.add_argument("--workers", type=int, default=2, help="worker processes (default: %(default)s)")
+    defaults = POPULATION_DEFAULTS
+    population.add_argument(
+        "--policy", choices=sorted(POPULATION_POLICIES), default=defaults["policy"], help="architecture"
+    )
+    population.add_argument(
+        "--pop-size", type=int, default=defaults["pop_size"], help="number of candidates (default: %(default)s)"
+    )
+    population.add_argument(
+        "--sigma", type=float, default=defaults["sigma"], help="standard deviation of the random weights"
+    )
+    population.add_argument(
+        "--workers", type=int, default=defaults["workers"], help="worker processes (default: %(default)s)"
+    )
     population.add_argument(
         "--n-envs",
         type=int,
-        default=POPULATION_N_ENVS,
+        default=defaults["n_envs"],
         help="sub-environments per worker (candidates at once; default: %(default)s)",
     )
-    population.add_argument("--top", type=int, default=10, help="rows of the results table (best candidates first)")
+    population.add_argument(
+        "--top", type=int, default=defaults["top"], help="rows of the results table (best candidates first)"
+    )
     parser.set_defaults(run=run_evaluate)
 
 
@@ -100,6 +120,9 @@ def run_evaluate(args: argparse.Namespace) -> None:
         return
     if args.path is None or args.env_id is None:
         raise CliError("give the saved model and the environment: lit-sb3 evaluate PATH ENV_ID (see --help)")
+    for name, default in POPULATION_DEFAULTS.items():
+        if getattr(args, name) != default:
+            raise CliError(f"--{name.replace('_', '-')} is for --random-population, not a saved model")
     episodes = 10 if args.episodes is None else args.episodes
     if episodes < 1:
         raise CliError("--episodes must be at least 1")
