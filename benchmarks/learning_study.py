@@ -114,6 +114,9 @@ def main() -> None:
     figures_parser = commands.add_parser("figures")
     figures_parser.add_argument("runs")
     figures_parser.add_argument("folder", help="where the PNGs are written (created if missing)")
+    figures_parser.add_argument(
+        "--throughput", default=None, help="the rates measured alone: the suite figure's rivals are the report's"
+    )
     args = parser.parse_args()
     if args.command == "run":
         checkpoints = Path(args.checkpoints or f"{args.out}.checkpoints")
@@ -137,7 +140,7 @@ def main() -> None:
     elif args.command == "queue":
         queue(args.jobs, args.out)
     elif args.command == "figures":
-        figures(args.runs, args.folder)
+        figures(args.runs, args.folder, args.throughput)
     elif args.command == "update-cost":
         print(update_cost(args.task, args.config, args.rounds), flush=True)
     else:

@@ -241,25 +241,34 @@ RIVALS = {
 }
 
 
+def compared_configurations(rows: list[dict[str, Any]]) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    """
+    :param rows: The rows of a learning study's table.
+    :return: lit_sb3's configurations (key ``"lit_sb3"``, by :func:`rank`) and each rival's on its own code (by the
+        keys of :data:`RIVALS`, ranked with wall time: a rival's algorithm on lit_sb3's AsyncEval is lit_sb3's way of
+        running it), by task, best first.
+    """
+    their_own = [candidate for candidate in rows if "lit_sb3" not in candidate["configuration"]]
+    rivals = {key: families(their_own, prefix, by_time=True) for key, (prefix, _) in RIVALS.items()}
+    return {"lit_sb3": families(rows, "lit_sb3"), **rivals}
+
+
 def versus(result: Result) -> Table:
     """
     :return: Per task of a learning study, lit_sb3's choice (:func:`choices`) beside each rival's fastest
-        configuration on its own code (by :func:`rank` with wall time: a rival's algorithm on lit_sb3's AsyncEval is
-        lit_sb3's way of running it): seeds at the threshold, median env steps and wall time to it (or the median
-        return at the end of the runs), and the ratios of lit_sb3's median time to the threshold to theirs (see
-        :func:`time_ratios`).
+        configuration on its own code (:func:`compared_configurations`): seeds at the threshold, median env steps and
+        wall time to it (or the median return at the end of the runs), and the ratios of lit_sb3's median time to
+        the threshold to theirs (see :func:`time_ratios`).
     """
     columns = [Column("task", "task"), Column("lit_sb3", "lit_sb3's choice")]
     for key, (name, title) in RIVALS.items():
         columns += [Column(key, title), Column(f"{key}_ratio", f"/ {name.split()[0]}: time to threshold")]
     table = Table(columns)
-    rows = result.tables["learning_study"].rows
-    their_own = [candidate for candidate in rows if "lit_sb3" not in candidate["configuration"]]
-    rivals = {key: families(their_own, prefix, by_time=True) for key, (prefix, _) in RIVALS.items()}
-    for task, (ours, *_) in families(rows, "lit_sb3").items():
+    chosen = compared_configurations(result.tables["learning_study"].rows)
+    for task, (ours, *_) in chosen["lit_sb3"].items():
         row = {"task": task, "lit_sb3": summary(ours, named=True)}
         for key in RIVALS:
-            theirs = rivals[key].get(task, [])
+            theirs = chosen[key].get(task, [])
             row[key] = summary(theirs[0], named=key != "contrib") if theirs else "not run"
             row[f"{key}_ratio"] = time_ratios(ours, theirs) if theirs else "-"
         table.rows.append(row)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import statistics
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -115,20 +117,54 @@ def study_table(records: list[dict[str, Any]], rates: dict[tuple[str, str], floa
                 "configuration": LABELS[config_name],
                 "seeds": len(group),
                 "reached": f"{sum(r['steps_to_threshold'] is not None for r in group)}/{len(group)}",
-                "budget": f"{max(r['budget'] for r in group) / 1e6:g}M",
+                "budget": budget_range(group),
                 "steps_to_threshold": quartile_figures(steps),
-                "wall_to_threshold": quartile_figures(times),
-                "cpu_to_threshold": quartile_figures(cpu),
+                "wall_to_threshold": quartile_figures(times, digits=2),
+                "cpu_to_threshold": quartile_figures(cpu, digits=2),
                 "return_at_budget": round(statistics.median(fixed_returns)) if fixed_returns else None,
                 "fixed_budget": f"{fixed / 1e6:g}M",
                 "final_return": round(statistics.median(r["curve"][-1][2] for r in group)),
                 "train_rate_alone": rate,
-                "wall_at_rate": None if rate is None else quartile_figures([value / rate for value in steps]),
+                "wall_at_rate": None if rate is None else quartile_figures([value / rate for value in steps], digits=2),
                 "steps_at_least": statistics.median(steps_at_least),
                 "wall_at_least": round(statistics.median(wall_at_least)),
             }
         )
     return table
+
+
+def budget_range(group: list[dict[str, Any]]) -> str:
+    """:return: The env-step budget of a configuration's runs, or its range where seeds ran with different ones."""
+    low, high = (function(record["budget"] for record in group) / 1e6 for function in (min, max))
+    return f"{high:g}M" if low == high else f"{low:g}M-{high:g}M"
+
+
+def without_pauses(record: dict[str, Any]) -> tuple[dict[str, Any], float]:
+    """
+    Take out of a run's wall time the spans when it was stopped (paused with SIGSTOP while a benchmark ran alone on
+    the machine, or starved): between two points of the curve where its processes used less than a quarter of the
+    run's median CPU-seconds per wall second, the wall time becomes the CPU-seconds at that median.
+
+    :param record: A run, as logged (with CPU-seconds in its curve).
+    :return: The record with its wall times (curve and threshold) corrected, and the seconds taken out.
+    """
+    curve = record["curve"]
+    if len(curve[0]) < 4 or len(curve) < 3:
+        return record, 0.0
+    rises = [(after[1] - before[1], after[3] - before[3]) for before, after in itertools.pairwise(curve)]
+    share = statistics.median(cpu / wall for wall, cpu in rises if wall > 0)
+    walls = [cpu / share if wall > 0 and cpu < 0.25 * share * wall else wall for wall, cpu in rises]
+    removed = sum(wall for wall, _ in rises) - sum(walls)
+    if removed <= 0:
+        return record, 0.0
+    corrected = [list(curve[0])]
+    for point, wall in zip(curve[1:], walls, strict=True):
+        corrected.append([point[0], corrected[-1][1] + wall, *point[2:]])
+    fixed = {**record, "curve": corrected}
+    if record.get("time_to_threshold") is not None:
+        at = min(index for index, point in enumerate(curve) if point[0] >= record["steps_to_threshold"])
+        fixed["time_to_threshold"] = record["time_to_threshold"] + corrected[at][1] - curve[at][1]
+    return fixed, removed
 
 
 def without_double_counts(record: dict[str, Any], cpus: int) -> tuple[dict[str, Any], int]:
@@ -162,6 +198,29 @@ def without_double_counts(record: dict[str, Any], cpus: int) -> tuple[dict[str, 
     return fixed, sum(doubled)
 
 
+def measured_rates(throughput_file: str | None) -> tuple[dict[tuple[str, str], list[float]], list[dict[str, Any]]]:
+    """:return: The training rates measured alone by (task, configuration) (:func:`latest_measurements`), and those
+    measurements."""
+    measurements = latest_measurements(read_records(throughput_file) if throughput_file is not None else [])
+    rates: dict[tuple[str, str], list[float]] = {}
+    for measured in measurements:
+        rates.setdefault((measured["task"], measured["config"]), []).append(measured["steps_per_second"])
+    return rates, measurements
+
+
+def corrected_records(runs_file: str, cpus: int) -> tuple[list[dict[str, Any]], list[int], list[float]]:
+    """:return: The runs of ``runs_file`` without double-counted CPU-seconds (:func:`without_double_counts`) and
+    pauses (:func:`without_pauses`), the count of each run's replaced CPU rises and the seconds of pauses taken out."""
+    records, corrections, pauses = [], [], []
+    for logged in read_records(runs_file):
+        counted, doubled = without_double_counts(logged, cpus)
+        record, paused = without_pauses(counted)
+        records.append(record)
+        corrections.append(doubled)
+        pauses.append(paused)
+    return records, corrections, pauses
+
+
 def latest_measurements(measurements: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """:return: Of the ``throughput`` measurements of each (task, configuration), those made at the commit of its
     last one (the code measured before is not the code of the rate; records without a commit count as one)."""
@@ -175,14 +234,10 @@ def report(runs_file: str, throughput_file: str | None, results_folder: str | No
     counts (:func:`without_double_counts`); with ``results_folder``, also write it as the result file ``name``.
     """
     cpus = os.cpu_count() or 1
-    checked = [without_double_counts(record, cpus) for record in read_records(runs_file)]
-    records = [record for record, _ in checked]
-    corrections = [count for _, count in checked if count]
-    measurements = latest_measurements(read_records(throughput_file) if throughput_file is not None else [])
-    measured_rates: dict[tuple[str, str], list[float]] = {}
-    for measured in measurements:
-        measured_rates.setdefault((measured["task"], measured["config"]), []).append(measured["steps_per_second"])
-    rates = {key: statistics.median(values) for key, values in measured_rates.items()}
+    records, doubled, paused = corrected_records(runs_file, cpus)
+    corrections = [count for count in doubled if count]
+    rate_measures, measurements = measured_rates(throughput_file)
+    rates = {key: statistics.median(values) for key, values in rate_measures.items()}
     table = study_table(records, rates)
     loads = [value for r in records for value in (r["load_before"], r["load_after"])]
     latest = [record for group in group_records(records).values() for record in group]
@@ -195,7 +250,7 @@ def report(runs_file: str, throughput_file: str | None, results_folder: str | No
         "budget, counted as infinitely long."
     )
     if measurements:
-        counts = [len(values) for values in measured_rates.values()]
+        counts = [len(values) for values in rate_measures.values()]
         runs = str(min(counts)) if min(counts) == max(counts) else f"{min(counts)}-{max(counts)}"
         rate_loads = [value for measured in measurements for value in (measured["load_before"], measured["load_after"])]
         summary += (
@@ -209,6 +264,12 @@ def report(runs_file: str, throughput_file: str | None, results_folder: str | No
             f"{sum(corrections)} pairs of evaluations (a step of the wall clock counted their processes twice): "
             "those rises are replaced by each run's rate elsewhere."
         )
+    if any(paused):
+        summary += (
+            f" {sum(seconds > 0 for seconds in paused)} runs were stopped or starved for {sum(paused) / 3600:.1f} "
+            "hours in all (paused while a benchmark ran alone, or below a quarter of their median CPU share): those "
+            "spans count as their CPU-seconds at the run's median share."
+        )
     print(table.markdown(), f"\n{summary}", sep="\n")
     if results_folder is not None:
         load = LoadSampler()
@@ -219,22 +280,24 @@ def report(runs_file: str, throughput_file: str | None, results_folder: str | No
 
 def seeds_on_grid(group: list[dict[str, Any]], grid: np.ndarray) -> np.ndarray:
     """
-    :return: Each seed's return at each grid point (its last evaluation at or before it), NaN past the seed's
-        last evaluation; one row per seed.
+    :return: Each seed's return at each grid point (its last evaluation at or before it), NaN past the last
+        evaluation of a seed that ran out of budget (a seed that stopped at the threshold keeps its last return);
+        one row per seed.
     """
     returns = np.full((len(group), len(grid)), np.nan)
     for row, record in enumerate(group):
         steps = np.array([point[0] for point in record["curve"]], dtype=np.float64)
         values = np.array([point[2] for point in record["curve"]], dtype=np.float64)
         index = np.searchsorted(steps, grid, side="right") - 1
-        inside = (index >= 0) & (grid <= steps[-1])
+        stopped_at_threshold = record["steps_to_threshold"] is not None
+        inside = (index >= 0) & ((grid <= steps[-1]) | stopped_at_threshold)
         returns[row, inside] = values[index[inside]]
     return returns
 
 
 def plot_configuration(axes: Any, group: list[dict[str, Any]], grid: np.ndarray, label: str) -> None:
-    """Plot the median return over the seeds still running at each env step (line), their interquartile range
-    (dark band) and their range (light band)."""
+    """Plot the median return over the seeds at each env step (line: those still running, and those that stopped at
+    the threshold, at their last return), their interquartile range (dark band) and their range (light band)."""
     returns = seeds_on_grid(group, grid)
     present = np.isfinite(returns).any(axis=0)
     with np.errstate(all="ignore"):
@@ -243,6 +306,14 @@ def plot_configuration(axes: Any, group: list[dict[str, Any]], grid: np.ndarray,
     (line,) = axes.plot(grid[present], median, label=f"{label} ({seeds})")
     axes.fill_between(grid[present], q25, q75, color=line.get_color(), alpha=0.3, linewidth=0)
     axes.fill_between(grid[present], low, high, color=line.get_color(), alpha=0.1, linewidth=0)
+
+
+#: The configurations' labels in the suite figure, where four share a panel: without versions, parentheses and how
+#: the rivals run, cut to a line.
+SHORT_LABELS = {
+    name: textwrap.shorten(re.sub(r" [\d.]+(?= )| \([^)]*\)|, GymNE 2 actors|, rl-zoo's ars.yml.*", "", label), 60)
+    for name, label in LABELS.items()
+}
 
 
 def plot_task(axes: Any, task_name: str, groups: dict[str, list[dict[str, Any]]], labels: dict[str, str]) -> None:
@@ -260,15 +331,16 @@ def plot_task(axes: Any, task_name: str, groups: dict[str, list[dict[str, Any]]]
     axes.grid(alpha=0.3)
 
 
-def figures(runs_file: str, folder: str) -> None:
+def figures(runs_file: str, folder: str, throughput_file: str | None = None) -> None:
     """
     Write one learning-curve figure per task (``TASK.png``, every configuration) and one of the suite
-    (``suite.png``: per task, lit_sb3's choice, EvoTorch's best configuration and sb3-contrib's ARS, ranked as
-    ``render_results.py`` ranks them): per configuration, the median return over the seeds still running at each env
-    step, their interquartile range and their range.
+    (``suite.png``: per task, lit_sb3's choice, EvoTorch's best configuration and sb3-contrib's ARS, chosen as the
+    README's table chooses them, with the rates measured alone in ``throughput_file``): per configuration, the
+    median return over the seeds at each env step (see :func:`plot_configuration`), their interquartile range and
+    their range.
     """
     import matplotlib
-    from render_results import RIVALS, families
+    from render_results import compared_configurations
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -276,7 +348,7 @@ def figures(runs_file: str, folder: str) -> None:
 
     Path(folder).mkdir(parents=True, exist_ok=True)
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    records = read_records(runs_file)
+    records, _, _ = corrected_records(runs_file, os.cpu_count() or 1)
     by_task: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for (task_name, config_name), group in group_records(records).items():
         by_task.setdefault(task_name, {})[config_name] = group
@@ -292,16 +364,16 @@ def figures(runs_file: str, folder: str) -> None:
         plt.close(figure)
         print(Path(folder) / f"{task_name}.png")
     config_names = {label: name for name, label in LABELS.items()}
-    rows = study_table(records, {}).rows
-    best = [families(rows, prefix) for prefix in ("lit_sb3", *(prefix for prefix, _ in RIVALS.values()))]
+    rates = {key: statistics.median(values) for key, values in measured_rates(throughput_file)[0].items()}
+    best = list(compared_configurations(study_table(records, rates).rows).values())
     figure, all_axes = plt.subplots(2, 3, figsize=(15, 8.5))
     for axes, task_name in zip(all_axes.flat, by_task, strict=False):
         present = [index for index, family in enumerate(best) if task_name in family]
         shown = [config_names[best[index][task_name][0]["configuration"]] for index in present]
         axes.set_prop_cycle(color=[colours[index] for index in present])  # one colour per family in every panel
-        plot_task(axes, task_name, {name: by_task[task_name][name] for name in shown}, LABELS)
+        plot_task(axes, task_name, {name: by_task[task_name][name] for name in shown}, SHORT_LABELS)
         axes.set_title(TASKS[task_name].task.env_id)
-        axes.legend(fontsize="x-small")
+        axes.legend(fontsize="x-small", loc="lower right")
     for axes in all_axes.flat[len(by_task) :]:
         axes.set_axis_off()
     figure.suptitle("lit_sb3's choice, EvoTorch's best and sb3-contrib's ARS: median over seeds, IQR and range")

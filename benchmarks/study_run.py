@@ -65,6 +65,7 @@ class Record:
     load_before: float = 0.0
     load_after: float = 0.0
     started: str = ""
+    date: str = ""
     seconds: float = 0.0
     machine: str = ""
 
@@ -366,6 +367,7 @@ def run(task_name: str, config_name: str, seed: int, budget: int | None, checkpo
         task.budget,
         commit=source_commit(),
         started=time.strftime("%H:%M:%S"),
+        date=time.strftime("%Y-%m-%d"),
         machine=machine_description((*CORE_PACKAGES, *STUDY_PACKAGES)),
     )
     record.load_before = uptime_load()
@@ -558,6 +560,8 @@ def throughput(task_name: str, config_name: str, steps: int) -> dict[str, Any]:
         "load_before": load_before,
         "load_after": uptime_load(),
         "started": time.strftime("%H:%M:%S"),
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": machine_description((*CORE_PACKAGES, *STUDY_PACKAGES)),
     }
 
 
@@ -588,6 +592,8 @@ def env_rate(task_name: str, steps: int) -> dict[str, Any]:
         "load_before": load_before,
         "load_after": uptime_load(),
         "started": time.strftime("%H:%M:%S"),
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": machine_description((*CORE_PACKAGES, *STUDY_PACKAGES)),
     }
 
 
