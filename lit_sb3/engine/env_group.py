@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import gymnasium as gym
 from stable_baselines3.common.policies import BasePolicy
@@ -30,6 +30,10 @@ class EnvGroup:
     :param max_restarts: Dead workers replaced before the run fails.
     :param eval_env_fn: Factory of the evaluation environment; by default ``env_fns[0]``.
     :param n_eval_workers: Number of evaluation workers.
+    :param ray_address: With ``backend="ray"``: the cluster to connect to (e.g. ``"auto"``); by default the Ray
+        connection this process has, else a new local Ray instance.
+    :param worker_resources: With ``backend="ray"``: the resources of each worker's actor, collection and evaluation
+        alike (``num_cpus`` is 1 by default).
     """
 
     def __init__(
@@ -42,9 +46,11 @@ class EnvGroup:
         max_restarts: int = 3,
         eval_env_fn: Callable[[], gym.Env] | None = None,
         n_eval_workers: int = 1,
+        ray_address: str | None = None,
+        worker_resources: Mapping[str, float] | None = None,
     ) -> None:
         self.env = FactoryVecEnv(env_fns)  # checks env_fns; num_envs is len(env_fns), as the algorithm counts
-        self.workers = BackendChoice.parse(backend)
+        self.workers = BackendChoice.parse(backend, ray_address=ray_address, worker_resources=worker_resources)
         if n_workers is not None:
             check_positive_int("n_workers", n_workers)
         check_positive_int("max_episodes_in_buffer", max_episodes_in_buffer)
@@ -120,7 +126,14 @@ class EnvGroup:
         envs_fn: list[Callable[[], VecEnv]] = [
             functools.partial(_vec_env, self.eval_env_fn, normalize)
         ] * self.n_eval_workers
-        return AsyncEval(envs_fn, policy, n_eval_episodes=n_episodes, backend=self.workers.backend)
+        # On Ray, the collection's connection (started first) is the evaluation's too: no address again.
+        return AsyncEval(
+            envs_fn,
+            policy,
+            n_eval_episodes=n_episodes,
+            backend=self.workers.backend,
+            worker_resources=self.workers.worker_resources,
+        )
 
 
 def _vec_env(env_fn: Callable[[], gym.Env], normalize: tuple[float, float] | None) -> VecEnv:

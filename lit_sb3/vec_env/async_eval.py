@@ -74,7 +74,7 @@ class AsyncEval(CandidateEval):
         :class:`~lit_sb3.workers.choice.BackendChoice`).
     :param ray_address: With ``backend="ray"``: the cluster to connect to (e.g. ``"ray://head:10001"`` or
         ``"auto"``); by default the Ray connection this process has, else a new local Ray instance, shut down by
-        :meth:`close`.
+        :meth:`close` (by the last one to close, where other pools of this process use it too).
     :param worker_resources: With ``backend="ray"``: the resources of each worker's actor, e.g.
         ``{"num_cpus": 2, "num_gpus": 0.25, "my_node_type": 1}`` (``num_cpus`` is 1 by default).
     """

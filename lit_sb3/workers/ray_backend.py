@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import pickle
 import re
 import threading
 import time
 import traceback
+import weakref
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -107,6 +109,17 @@ class HeartbeatBoard:
         """Nothing to release: the board lives in the actor."""
 
 
+class PicklingChannel(PipeChannel):
+    """
+    The channel of an actor's worker loop: replies leave it pickled, as they leave a local worker process, so that
+    one that cannot be pickled fails its request in the loop (the pool gets the error, the worker goes on) instead
+    of the actor's ``collect`` call.
+    """
+
+    def send(self, message: Any) -> None:
+        super().send(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
+
+
 class RayWorkerActor:
     """
     The actor of one worker: serves the pool through the worker loop, run in a thread.
@@ -125,7 +138,7 @@ class RayWorkerActor:
 
     def _serve(self, app_factory: bytes) -> None:
         try:
-            run_worker(PipeChannel(self._inbox, self._outbox), app_factory)
+            run_worker(PicklingChannel(self._inbox, self._outbox), app_factory)
         except BaseException:  # a failure of the loop itself: the pool sees a dead worker and this traceback
             self._ending = f"failed:\n{traceback.format_exc()}"
         finally:
@@ -148,10 +161,10 @@ class RayWorkerActor:
             self._next_message += 1
 
     @ray.method(concurrency_group="outbox")
-    def collect(self) -> tuple[list[Any], np.ndarray | None, str | None]:
+    def collect(self) -> tuple[list[bytes], np.ndarray | None, str | None]:
         """
-        :return: The replies sent since the last call (waiting for some up to a heartbeat interval), the progress
-            board with ages in place of start times, and how the worker loop ended (None while it runs).
+        :return: The replies sent since the last call, pickled (waiting for some up to a heartbeat interval), the
+            progress board with ages in place of start times, and how the worker loop ended (None while it runs).
         """
         outbox = self._outbox
         with outbox.condition:
@@ -259,8 +272,9 @@ class RayWorker(NotifyingHandle):
     def kill(self) -> None:
         if self.ending is None:
             self.ending = "killed"
-        with contextlib.suppress(Exception):  # already gone
-            ray.kill(self.actor, no_restart=True)
+        if ray.is_initialized():  # else Ray would start a new instance to kill an actor that is gone
+            with contextlib.suppress(Exception):  # already gone
+                ray.kill(self.actor, no_restart=True)
 
     def join(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
@@ -269,8 +283,57 @@ class RayWorker(NotifyingHandle):
         return self.pending is None
 
     def release(self) -> None:
-        with contextlib.suppress(Exception):
-            ray.kill(self.actor, no_restart=True)
+        if ray.is_initialized():
+            with contextlib.suppress(Exception):
+                ray.kill(self.actor, no_restart=True)
+
+
+class OwnRay:
+    """
+    The Ray instance the backends of this process started: the backends that find it connected share it, and the
+    last of them to close shuts it down (never a Ray the user connected to).
+    """
+
+    _lock = threading.Lock()
+    _users = 0
+
+    @classmethod
+    def connect(cls, address: str | None) -> bool:
+        """
+        :param address: The cluster a backend was asked to connect to, if any.
+        :return: Whether the backend shares the Ray instance lit_sb3 started (started now or by another backend).
+        :raises ValueError: if ``address`` is given while this process is already connected to Ray.
+        """
+        with cls._lock:
+            if ray.is_initialized():
+                if address is not None:
+                    raise ValueError(
+                        f"ray_address={address!r} was given, but this process is already connected to Ray: leave "
+                        "ray_address out to use that connection, or call ray.shutdown() first"
+                    )
+                if cls._users == 0:
+                    return False  # the user's connection
+                cls._users += 1
+                return True
+            cls._users = 0  # a Ray instance lit_sb3 started was shut down by someone else
+            try:
+                if address is None:
+                    ray.init(address="local", include_dashboard=False)
+                else:
+                    ray.init(address=address)
+            except BaseException:  # a Ctrl-C while it starts: what started goes down
+                ray.shutdown()
+                raise
+            cls._users = 1
+            return True
+
+    @classmethod
+    def disconnect(cls) -> None:
+        """A backend that shared the Ray instance lit_sb3 started is done with it: the last one shuts it down."""
+        with cls._lock:
+            cls._users = max(cls._users - 1, 0)
+            if cls._users == 0:
+                ray.shutdown()
 
 
 class RayBackend(NotifiedBackend):
@@ -282,29 +345,19 @@ class RayBackend(NotifiedBackend):
     lost its tasks without the pool knowing.
 
     :param address: Ray cluster to connect to (``ray.init(address=...)``); by default the connection this process
-        already has, else a new local Ray instance (never a cluster a previous ``ray start`` left running), shut down
-        by :meth:`close`.
+        already has, else a new local Ray instance (never a cluster a previous ``ray start`` left running), shared
+        with the other backends of this process that find it connected and shut down by the last one to close.
     :param worker_resources: Resources of each actor: ``num_cpus`` (1 by default), ``num_gpus``, ``memory`` and
         custom resources by name.
     """
 
     name = "ray"
+    #: The open backends of this process (what their actors hold counts against the cluster's room).
+    _open: ClassVar[weakref.WeakSet[RayBackend]] = weakref.WeakSet()
 
     def __init__(self, address: str | None = None, *, worker_resources: Mapping[str, float] | None = None) -> None:
         self._actor_options = actor_options(worker_resources)
-        if ray.is_initialized():
-            if address is not None:
-                raise ValueError(
-                    f"ray_address={address!r} was given, but this process is already connected to Ray: leave "
-                    "ray_address out to use that connection, or call ray.shutdown() first"
-                )
-            self.started_ray = False
-        else:
-            if address is None:
-                ray.init(address="local", include_dashboard=False)
-            else:
-                ray.init(address=address)
-            self.started_ray = True
+        self.uses_own_ray = OwnRay.connect(address)
         try:
             check_placeable(self._actor_options)
         except ValueError:
@@ -316,12 +369,22 @@ class RayBackend(NotifiedBackend):
         self._boards: dict[int, HeartbeatBoard] = {}
         self._current: dict[int, RayWorker] = {}
         self._closing = False
+        RayBackend._open.add(self)
         self._collector = threading.Thread(target=self._collect, name="lit-sb3-ray-collector", daemon=True)
         self._collector.start()
 
+    def resources_in_use(self) -> dict[str, float]:
+        """:return: What the actors of this backend ask of the cluster, by Ray's resource names."""
+        return {name: amount * len(self._current) for name, amount in _resources(self._actor_options).items()}
+
     def start_worker(self, worker_index: int, app_factory: bytes) -> RayWorker:
         if worker_index not in self._current:  # not a replacement: one more actor at once
-            check_room(self._actor_options, len(self._current) + 1)
+            others: dict[str, float] = {}
+            for backend in list(RayBackend._open):
+                if backend is not self:
+                    for name, amount in backend.resources_in_use().items():
+                        others[name] = others.get(name, 0) + amount
+            check_room(self._actor_options, len(self._current) + 1, others)
         options = {"max_restarts": 0, "max_task_retries": 0, **self._actor_options}
         actor = _RemoteWorkerActor.options(**options).remote(app_factory)
         worker = RayWorker(worker_index, actor, self._published)
@@ -342,18 +405,26 @@ class RayBackend(NotifiedBackend):
             self._closing = True
             workers, self._workers = self._workers, []
         self._collector.join()
+        RayBackend._open.discard(self)
         for worker in workers:
             worker.release()
         self.close_ray()
 
     def close_ray(self) -> None:
-        """Shut Ray down if this backend started it."""
-        if self.started_ray:
-            ray.shutdown()
-            self.started_ray = False
+        """Give up this backend's share of the Ray instance lit_sb3 started, if it has one."""
+        if self.uses_own_ray:
+            self.uses_own_ray = False
+            OwnRay.disconnect()
 
     def _collect(self) -> None:
-        """Gather the replies, heartbeats and ends of every actor (the collector thread)."""
+        """Gather the replies, heartbeats and ends of every actor (the collector thread); a failure here ends every
+        worker with its reason, for the pool to raise."""
+        try:
+            self._collect_replies()
+        except Exception:
+            self._end_workers(f"the pool's Ray reply collector failed:\n{traceback.format_exc()}")
+
+    def _collect_replies(self) -> None:
         while True:
             with self._activity:
                 if self._closing:
@@ -363,6 +434,9 @@ class RayBackend(NotifiedBackend):
             if not by_call:
                 time.sleep(COLLECT_INTERVAL)
                 continue
+            if not ray.is_initialized():  # any Ray call now would start a new Ray instance
+                self._end_workers("Ray was shut down while the pool was open")
+                return
             calls = list(by_call)
             ready, _ = ray.wait(calls, num_returns=1, timeout=COLLECT_INTERVAL)
             if ready:
@@ -370,10 +444,20 @@ class RayBackend(NotifiedBackend):
             for call in ready:
                 self._take(by_call[call], call)
 
+    def _end_workers(self, reason: str) -> None:
+        """:param reason: Why every worker of the backend is gone."""
+        with self._activity:
+            for worker in self._workers:
+                worker.pending = None
+                if worker.ending is None:
+                    worker.ending = reason
+            self._activity.notify_all()
+
     def _take(self, worker: RayWorker, call: ray.ObjectRef) -> None:
         ages: np.ndarray | None = None
         try:
-            replies, ages, ending = ray.get(call)
+            pickled, ages, ending = ray.get(call)
+            replies = [pickle.loads(reply) for reply in pickled]
         except ray.exceptions.RayActorError as error:  # killed, its process or node gone
             replies, ending = [], f"died: {death_reason(error)}"
         except Exception as error:  # its replies cannot be read here
@@ -418,19 +502,22 @@ def check_placeable(options: Mapping[str, Any]) -> None:
         )
 
 
-def check_room(options: Mapping[str, Any], n_workers: int) -> None:
+def check_room(options: Mapping[str, Any], n_workers: int, others: Mapping[str, float]) -> None:
     """
     :param options: Options of a worker's actor.
     :param n_workers: Workers that are to run at once.
-    :raises ValueError: if the whole cluster has less of a resource than ``n_workers`` actors ask for (the last
-        ones would wait for it until the pool's start timeout).
+    :param others: What the actors of the other open pools of this process ask for, by Ray's resource names.
+    :raises ValueError: if the whole cluster has less of a resource than ``n_workers`` actors and the others ask
+        for (the last ones would wait for it until the pool's start timeout).
     """
     available = ray.cluster_resources()
     for name, amount in _resources(options).items():
-        if n_workers * amount > available.get(name, 0):
+        wanted = n_workers * amount + others.get(name, 0)
+        if wanted > available.get(name, 0):
+            held = f" (other lit_sb3 pools of this process hold {others[name]:g})" if others.get(name) else ""
             raise ValueError(
                 f"worker_resources: {n_workers} workers ask for {n_workers * amount:g} {name} in all and the Ray "
-                f"cluster has {available.get(name, 0):g}: use fewer workers or smaller worker_resources"
+                f"cluster has {available.get(name, 0):g}{held}: use fewer workers or smaller worker_resources"
             )
 
 

@@ -9,6 +9,14 @@ from lit_sb3.checks import check_non_negative_number
 
 #: Keys of ``worker_resources`` that are Ray's own actor options; any other key is a custom resource.
 RAY_RESOURCE_OPTIONS = ("num_cpus", "num_gpus", "memory")
+#: Names of Ray's own resources that ``worker_resources`` spells otherwise, and how.
+OTHER_SPELLINGS = {
+    "CPU": "give CPUs as 'num_cpus'",
+    "GPU": "give GPUs as 'num_gpus'",
+    "object_store_memory": "the object store is the node's, not an actor's resource",
+}
+#: The smallest amount of a resource Ray tells from none.
+RESOURCE_RESOLUTION = 1e-4
 
 
 def actor_options(worker_resources: Mapping[str, float] | None) -> dict[str, Any]:
@@ -17,7 +25,7 @@ def actor_options(worker_resources: Mapping[str, float] | None) -> dict[str, Any
         custom resources by name.
     :return: The matching options of a Ray actor.
     :raises TypeError: if ``worker_resources`` is not a mapping of resource names to numbers.
-    :raises ValueError: if an amount is negative.
+    :raises ValueError: if an amount is negative or finer than Ray counts, or a name is Ray's own spelled otherwise.
     """
     if worker_resources is not None and not isinstance(worker_resources, Mapping):
         raise TypeError(f"worker_resources must be a mapping of resource names to amounts, got {worker_resources!r}")
@@ -27,6 +35,12 @@ def actor_options(worker_resources: Mapping[str, float] | None) -> dict[str, Any
         if not isinstance(name, str) or not name:
             raise TypeError(f"worker_resources keys must be resource names, got {name!r}")
         check_non_negative_number(f"worker_resources[{name!r}]", amount)
+        if name in OTHER_SPELLINGS:
+            raise ValueError(f"worker_resources[{name!r}]: {OTHER_SPELLINGS[name]}")
+        if 0 < amount < RESOURCE_RESOLUTION:
+            raise ValueError(
+                f"worker_resources[{name!r}] is {amount!r}, finer than Ray counts resources ({RESOURCE_RESOLUTION})"
+            )
         if name in RAY_RESOURCE_OPTIONS:
             options[name] = amount
         else:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from functools import partial
+from typing import Any
+
+import gymnasium as gym
 import numpy as np
 import pytest
 
@@ -12,7 +16,7 @@ from engine.helpers import small_ppo_engine
 from stable_baselines3 import PPO, SAC
 
 from lit_sb3.agents.async_agent import get_injected_agent
-from lit_sb3.engine import AsyncRLEngine
+from lit_sb3.engine import AsyncRLEngine, DataBuffer, EngineConfig, EnvGroup, PolicyGroup
 
 
 def test_reproducible_ppo_on_ray_actors_gives_the_weights_of_local_processes() -> None:
@@ -65,3 +69,22 @@ def test_the_async_engine_collects_and_evaluates_on_ray_actors() -> None:
     summary = engine.run()
     assert summary["env_steps"] >= 2000 and summary["train_steps"] >= 1
     assert engine.evaluations and all(8 <= evaluation["mean_return"] <= 500 for evaluation in engine.evaluations)
+
+
+def test_the_engine_takes_the_ray_keywords_and_its_evaluator_counts_in_the_room() -> None:
+    def engine(**ray_keywords: Any) -> AsyncRLEngine:
+        group = EnvGroup(
+            [partial(gym.make, "CartPole-v1") for _ in range(2)], backend="ray", n_workers=2, **ray_keywords
+        )
+        model = PPO("MlpPolicy", group.env, seed=0, n_steps=32, batch_size=64, n_epochs=1)
+        config = EngineConfig(
+            total_env_steps=600, seed=0, verbose=False, log_formats=(), eval_interval=300, eval_episodes=1
+        )
+        return AsyncRLEngine(config, group, PolicyGroup(model), DataBuffer.for_algorithm(model))
+
+    # 2 collection actors take the fixture's 2 CPUs: the evaluator's is refused at once, not left waiting for one.
+    with pytest.raises(ValueError, match=r"the Ray cluster has 2 \(other lit_sb3 pools of this process hold 2\)"):
+        engine().run()
+    ran = engine(worker_resources={"num_cpus": 0.5})
+    summary = ran.run()
+    assert summary["env_steps"] >= 600 and len(ran.evaluations) >= 1

@@ -215,6 +215,17 @@ def test_bad_construction_is_refused_before_starting_actors(
     assert actor_processes() == []
 
 
+def test_the_room_counts_the_actors_of_the_other_pools(scalar_policy: LinearPolicy) -> None:
+    """Two pools of the process on a cluster with room for one: the second is refused at once, not left waiting."""
+    with AsyncEval([scalar_vec_env] * 2, scalar_policy, backend="ray") as first:
+        with pytest.raises(ValueError, match=r"the Ray cluster has 2 \(other lit_sb3 pools of this process hold 2\)"):
+            AsyncEval([scalar_vec_env], scalar_policy, backend="ray")
+        first.send_jobs(np.zeros((2, 2), np.float32), 2)
+        assert len(first.get_results()) == 2
+    with AsyncEval([scalar_vec_env] * 2, scalar_policy, backend="ray") as after:  # the room is free again
+        assert after.n_workers == 2
+
+
 # -------------------------------------------------------------------------------------------------------- shutdown
 
 
@@ -230,11 +241,14 @@ def test_close_kills_the_actors_and_keeps_the_callers_ray(scalar_policy: LinearP
 
 
 def test_close_shuts_down_the_ray_it_started(tmp_path: Path) -> None:
-    """A script with no Ray of its own: AsyncEval starts a local Ray instance and close() leaves no process."""
+    """A script with no Ray of its own: AsyncEval starts a local Ray instance, which other pools share and the last
+    one to close shuts down, leaving no process."""
     script = tmp_path / "own_ray.py"
     script.write_text(
         textwrap.dedent(
             """
+            import gc
+
             import numpy as np
             import psutil
             import ray
@@ -246,10 +260,16 @@ def test_close_shuts_down_the_ray_it_started(tmp_path: Path) -> None:
                 env = ScalarEnv()
                 policy = LinearPolicy(env.observation_space, env.action_space)
                 ae = AsyncEval([scalar_vec_env] * 2, policy, backend="ray", worker_resources={"num_cpus": 0.5})
+                # A second pool finds the Ray instance the first started and shares it.
+                other = AsyncEval([scalar_vec_env] * 2, policy, backend="ray", worker_resources={"num_cpus": 0.5})
                 ae.send_jobs(np.zeros((4, 2), np.float32), 4)
                 assert len(ae.get_results()) == 4
-                assert ray.is_initialized()
                 ae.close()
+                assert ray.is_initialized()  # the other pool still runs on it
+                other.send_jobs(np.zeros((4, 2), np.float32), 4)
+                assert len(other.get_results()) == 4
+                del other  # its finaliser closes it: the last pool on the Ray instance shuts it down
+                gc.collect()
                 assert not ray.is_initialized()
                 gone, alive = psutil.wait_procs(psutil.Process().children(recursive=True), timeout=10)
                 print("left behind:", alive)

@@ -18,11 +18,17 @@ IN_THE_DEFAULT_RUN = {
     "test_partial_results_arrive_before_their_task_ends",
     "test_an_immediate_control_changes_a_running_task",
     "test_a_stream_resumes_after_its_worker_dies_mid_stream",
+    "test_a_reply_that_cannot_be_pickled_fails_its_call_not_the_worker",
 }
 
 
 @pytest.fixture
 def backend_name() -> str:
+    return "ray"
+
+
+@pytest.fixture
+def pickling_backend_name() -> str:
     return "ray"
 
 

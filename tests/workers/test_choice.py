@@ -46,6 +46,9 @@ BAD_PARSES: list[tuple[dict[str, Any], type[Exception], str]] = [
     ({"backend": "ray", "ray_address": 6379}, TypeError, "ray_address must be a str"),
     ({"backend": "ray", "worker_resources": {"num_gpus": -1}}, ValueError, r"\['num_gpus'\] must be a non-negative"),
     ({"backend": "ray", "worker_resources": ["num_cpus"]}, TypeError, "worker_resources must be a mapping"),
+    ({"backend": "ray", "worker_resources": {"CPU": 1}}, ValueError, r"\['CPU'\]: give CPUs as 'num_cpus'"),
+    ({"backend": "ray", "worker_resources": {"object_store_memory": 1}}, ValueError, "not an actor's resource"),
+    ({"backend": "ray", "worker_resources": {"num_cpus": 1e-6}}, ValueError, r"1e-06, finer than Ray counts"),
 ]
 
 

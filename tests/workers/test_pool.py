@@ -35,6 +35,12 @@ def backend_name(request: pytest.FixtureRequest) -> str:
     return request.param
 
 
+@pytest.fixture
+def pickling_backend_name() -> str:
+    """A backend whose workers' replies are pickled (not threads: theirs are passed as they are)."""
+    return "processes"
+
+
 def new_backend(backend_name: str) -> Backend:
     return BackendChoice.parse(backend_name).build()  # type: ignore[arg-type]
 
@@ -353,15 +359,17 @@ def test_a_cancelled_task_waiting_behind_a_control_never_starts(backend_name: st
         assert endless.counts.received == 0
 
 
-def test_a_reply_that_cannot_be_pickled_fails_its_call_not_the_worker() -> None:
-    with contextlib.closing(counting_pool("processes", n_workers=1)) as pool:
+def test_a_reply_that_cannot_be_pickled_fails_its_call_not_the_worker(pickling_backend_name: str) -> None:
+    with contextlib.closing(counting_pool(pickling_backend_name, n_workers=1)) as pool:
         with pytest.raises(WorkerError, match=r"the worker's reply cannot be pickled .* cannot pickle '_thread\.lock'"):
             pool.call(0, "lock").result(30)
         assert pool.call(0, "whoami").result(30)[0] == 0 and pool.restarts == 0
 
 
-def test_a_partial_result_that_cannot_be_pickled_fails_its_stream_and_keeps_the_credit() -> None:
-    with contextlib.closing(counting_pool("processes", n_workers=1, stream_capacity=1)) as pool:
+def test_a_partial_result_that_cannot_be_pickled_fails_its_stream_and_keeps_the_credit(
+    pickling_backend_name: str,
+) -> None:
+    with contextlib.closing(counting_pool(pickling_backend_name, n_workers=1, stream_capacity=1)) as pool:
         pool.call(0, "set_tag", "unpicklable").result(30)
         broken = count_stream(pool, n_tasks=1, n_units=3, unit_seconds=0.0)
         with pytest.raises(WorkerError, match="the worker's reply cannot be pickled"):
