@@ -115,7 +115,7 @@ def headline_gradient(result: Result) -> str:
 
     return (
         f"- **Gradient agents**, default arguments, worker threads/processes: PPO on 8 CartPoles "
-        f"{ratios(CARTPOLE, 'ratio')} plain SB3's `DummyVecEnv` ({ratios(CARTPOLE, 'ratio_one_thread')} with its torch "
+        f"{ratios(CARTPOLE, 'ratio')} plain SB3's `DummyVecEnv` ({ratios(CARTPOLE, 'ratio_one_thread')}, its torch "
         f"at one thread); on a CartPole sleeping 2 ms a step {ratios(SLEEPY, 'ratio')} `SubprocVecEnv` "
         f"({ratios(SLEEPY, 'ratio_one_thread')}) ({result.date})."
     )
