@@ -24,7 +24,7 @@ lit_sb3); without it its rows are left out. Torch keeps its default threads (one
 plain SB3 ones "torch at 1 thread": lit_sb3's pools of workers (processes or threads) keep the trainer's torch to
 the cores their workers leave, so each row is also compared with plain SB3 at one torch thread.
 
-Usage: ``python benchmarks/gradient_agents.py`` (about an hour; ``--quick`` for one seed and small budgets;
+Usage: ``python benchmarks/gradient_agents.py`` (about 95 minutes here; ``--quick`` for one seed and small budgets;
 ``--only CONFIGURATION ...`` for some rows and their plain SB3 references; ``--cases cartpole sleepy sac
 pendulum-gsde`` for some of the row groups).
 """
