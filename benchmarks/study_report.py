@@ -139,6 +139,11 @@ def budget_range(group: list[dict[str, Any]]) -> str:
     return f"{high:g}M" if low == high else f"{low:g}M-{high:g}M"
 
 
+def wall_and_cpu_rises(curve: list[list[float]]) -> list[tuple[float, float]]:
+    """:return: The wall time and the CPU-seconds between each two consecutive points of a curve with CPU-seconds."""
+    return [(after[1] - before[1], after[3] - before[3]) for before, after in itertools.pairwise(curve)]
+
+
 def without_pauses(record: dict[str, Any]) -> tuple[dict[str, Any], float]:
     """
     Take out of a run's wall time the spans when it was stopped (paused with SIGSTOP while a benchmark ran alone on
@@ -151,7 +156,7 @@ def without_pauses(record: dict[str, Any]) -> tuple[dict[str, Any], float]:
     curve = record["curve"]
     if len(curve[0]) < 4 or len(curve) < 3:
         return record, 0.0
-    rises = [(after[1] - before[1], after[3] - before[3]) for before, after in itertools.pairwise(curve)]
+    rises = wall_and_cpu_rises(curve)
     share = statistics.median(cpu / wall for wall, cpu in rises if wall > 0)
     walls = [cpu / share if wall > 0 and cpu < 0.25 * share * wall else wall for wall, cpu in rises]
     removed = sum(wall for wall, _ in rises) - sum(walls)
@@ -181,7 +186,7 @@ def without_double_counts(record: dict[str, Any], cpus: int) -> tuple[dict[str, 
     curve = record["curve"]
     if len(curve[0]) < 4:
         return record, 0
-    rises = [(after[1] - before[1], after[3] - before[3]) for before, after in itertools.pairwise(curve)]
+    rises = wall_and_cpu_rises(curve)
     doubled = [cpu > 1.1 * cpus * wall + 30.0 for wall, cpu in rises]
     if not any(doubled):
         return record, 0

@@ -16,7 +16,7 @@ import threading
 import time
 import traceback
 import weakref
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -272,9 +272,7 @@ class RayWorker(NotifyingHandle):
     def kill(self) -> None:
         if self.ending is None:
             self.ending = "killed"
-        if ray.is_initialized():  # else Ray would start a new instance to kill an actor that is gone
-            with contextlib.suppress(Exception):  # already gone
-                ray.kill(self.actor, no_restart=True)
+        self.release()
 
     def join(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
@@ -283,8 +281,8 @@ class RayWorker(NotifyingHandle):
         return self.pending is None
 
     def release(self) -> None:
-        if ray.is_initialized():
-            with contextlib.suppress(Exception):
+        if ray.is_initialized():  # else Ray would start a new instance to kill an actor that is gone
+            with contextlib.suppress(Exception):  # already gone
                 ray.kill(self.actor, no_restart=True)
 
 
@@ -379,11 +377,10 @@ class RayBackend(NotifiedBackend):
 
     def start_worker(self, worker_index: int, app_factory: bytes) -> RayWorker:
         if worker_index not in self._current:  # not a replacement: one more actor at once
-            others: dict[str, float] = {}
-            for backend in list(RayBackend._open):
-                if backend is not self:
-                    for name, amount in backend.resources_in_use().items():
-                        others[name] = others.get(name, 0) + amount
+            others = sum(
+                (Counter(backend.resources_in_use()) for backend in list(RayBackend._open) if backend is not self),
+                Counter[str](),
+            )
             check_room(self._actor_options, len(self._current) + 1, others)
         options = {"max_restarts": 0, "max_task_retries": 0, **self._actor_options}
         actor = _RemoteWorkerActor.options(**options).remote(app_factory)
