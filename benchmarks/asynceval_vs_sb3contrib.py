@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-from lit_sb3.cli.asynceval_bench import measure
+from lit_sb3.cli.asynceval_bench import default_rounds, measure
 from lit_sb3.cli.bench_results import RESULTS_FOLDER, LoadSampler, new_result, save_result
 
 
@@ -21,17 +21,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer rounds, no MuJoCo case")
     parser.add_argument("--rounds", type=int, default=None, help="measured rounds per case (default 7, quick 3)")
+    parser.add_argument("--conditions", default="", help="what else the result file should say (what ran beside it)")
     parser.add_argument(
         "--results", default=None, help=f"folder of the result file (default: {RESULTS_FOLDER}; quick runs: none)"
     )
     args = parser.parse_args()
     load = LoadSampler()
-    tables = measure(args.quick, args.rounds)
+    rounds = args.rounds or default_rounds(args.quick)
+    tables = measure(args.quick, rounds)
     for table in tables.values():
         print("\n" + table.markdown())
     if args.results or not args.quick:
         path = save_result(
-            new_result("asynceval_vs_sb3contrib", tables, load, packages=["sb3-contrib"]),
+            new_result(
+                "asynceval_vs_sb3contrib",
+                tables,
+                load,
+                f"interleaved rounds, medians of {rounds}. {args.conditions}".strip(),
+                packages=["sb3-contrib"],
+            ),
             args.results or RESULTS_FOLDER,
         )
         print(f"\nwrote {path}")

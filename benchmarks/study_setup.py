@@ -312,6 +312,7 @@ CONFIGS: dict[str, Config] = {
     "pgpe-speed-3x-variance-floor": Config(functools.partial(pgpe, speed_factor=3.0), normalize=True, **VARIANCE_FLOOR),
     "snes": Config(snes),
     "snes-stdev-1": Config(functools.partial(snes, stdev_init=1.0)),
+    "snes-stdev-1-popsize-6": Config(functools.partial(snes, stdev_init=1.0, popsize=6)),
     "xnes": Config(xnes),
     "snes-no-alive-bonus": Config(without_alive_bonus(snes)),
     "xnes-no-alive-bonus": Config(without_alive_bonus(xnes)),
@@ -351,11 +352,13 @@ def evotorch_cmaes(task: StudyTask, problem: Any, zeros: Any) -> Any:
     return algorithms.CMAES(problem, stdev_init=0.1, popsize=32, center_init=zeros)
 
 
-def evotorch_snes(task: StudyTask, problem: Any, zeros: Any, stdev_init: float = 0.1) -> Any:
-    """SNES from zero, ``stdev_init=0.1``, EvoTorch's default population size and learning rates."""
+def evotorch_snes(
+    task: StudyTask, problem: Any, zeros: Any, stdev_init: float = 0.1, popsize: int | None = None
+) -> Any:
+    """SNES from zero, ``stdev_init=0.1``, EvoTorch's default population size (None) and learning rates."""
     from evotorch import algorithms
 
-    return algorithms.SNES(problem, stdev_init=stdev_init, center_init=zeros)
+    return algorithms.SNES(problem, stdev_init=stdev_init, popsize=popsize, center_init=zeros)
 
 
 def evotorch_xnes(task: StudyTask, problem: Any, zeros: Any) -> Any:
@@ -373,6 +376,7 @@ EVOTORCH_CONFIGS: dict[str, EvoTorchConfig] = {
     "evotorch-cmaes": EvoTorchConfig(evotorch_cmaes),
     "evotorch-snes": EvoTorchConfig(evotorch_snes),
     "evotorch-snes-stdev-1": EvoTorchConfig(functools.partial(evotorch_snes, stdev_init=1.0)),
+    "evotorch-snes-stdev-1-popsize-6": EvoTorchConfig(functools.partial(evotorch_snes, stdev_init=1.0, popsize=6)),
     "evotorch-xnes-no-alive-bonus": EvoTorchConfig(evotorch_xnes, remove_alive_bonus=True),
 }
 
@@ -404,6 +408,7 @@ LABELS = {
     ),
     "snes": "lit_sb3 SNES",
     "snes-stdev-1": "lit_sb3 SNES, stdev_init 1.0",
+    "snes-stdev-1-popsize-6": "lit_sb3 SNES, stdev_init 1.0, popsize 6",
     "xnes": "lit_sb3 XNES",
     "snes-no-alive-bonus": "lit_sb3 SNES, alive bonus removed",
     "xnes-no-alive-bonus": "lit_sb3 XNES, alive bonus removed",
@@ -420,5 +425,6 @@ LABELS = {
     "evotorch-cmaes": "EvoTorch 0.6.1 CMA-ES, GymNE 2 actors",
     "evotorch-snes": "EvoTorch 0.6.1 SNES, GymNE 2 actors",
     "evotorch-snes-stdev-1": "EvoTorch 0.6.1 SNES, stdev_init 1.0, GymNE 2 actors",
+    "evotorch-snes-stdev-1-popsize-6": "EvoTorch 0.6.1 SNES, stdev_init 1.0, popsize 6, GymNE 2 actors",
     "evotorch-xnes-no-alive-bonus": "EvoTorch 0.6.1 XNES, alive bonus removed, GymNE 2 actors",
 }

@@ -389,6 +389,11 @@ def cases(quick: bool) -> list[Case]:
     return listing
 
 
+def default_rounds(quick: bool) -> int:
+    """:return: The measured rounds per case of a quick or a full run."""
+    return 3 if quick else 7
+
+
 def measure(quick: bool, rounds: int | None = None, report: Callable[[str], None] = print) -> dict[str, Table]:
     """
     Run the benchmark.
@@ -398,7 +403,7 @@ def measure(quick: bool, rounds: int | None = None, report: Callable[[str], None
     :param report: Called with each finished line, as it comes.
     :return: The ``throughput`` and ``measures`` tables.
     """
-    rounds = rounds or (3 if quick else 7)
+    rounds = rounds or default_rounds(quick)
     report(f"AsyncEval, lit_sb3 vs sb3-contrib: {N_WORKERS} workers, medians of {rounds} interleaved rounds")
     throughput = Table(THROUGHPUT_COLUMNS)
     for case in cases(quick):
