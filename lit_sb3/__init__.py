@@ -1,14 +1,15 @@
 """
 lit_sb3: population-based and asynchronous reinforcement learning on Stable-Baselines3.
 
-The names below are imported on first use (PEP 562), so that importing one part (a worker process imports
-``lit_sb3.workers`` and ``lit_sb3.evaluation``) does not import the others: the optimisers import cma, which
-imports matplotlib where it is installed (about 0.4 s, paid by every fork server before its first worker).
+The names below, and the subpackages, are imported on first use (PEP 562), so that importing one part (a worker
+process imports ``lit_sb3.workers`` and ``lit_sb3.evaluation``) does not import the others: the optimisers import
+cma, which imports matplotlib where it is installed (about 0.4 s, paid by every fork server before its first worker).
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -69,11 +70,13 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    if name not in _SOURCES:
-        raise AttributeError(f"module 'lit_sb3' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_SOURCES[name]), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
+    if name in _SOURCES:
+        value = getattr(importlib.import_module(_SOURCES[name]), name)
+        globals()[name] = value  # later lookups skip this function
+        return value
+    if importlib.util.find_spec(f"{__name__}.{name}") is not None:  # a subpackage: lit_sb3.population.ARS works
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module 'lit_sb3' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:

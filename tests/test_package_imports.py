@@ -31,5 +31,7 @@ def test_every_public_name_resolves_and_is_listed():
         value = getattr(lit_sb3, name)
         assert value.__name__ == name and value.__module__.startswith("lit_sb3.")
     assert set(lit_sb3.__all__) <= set(dir(lit_sb3))
+    # As when the package imported every part: its subpackages are attributes once it is imported.
+    imported_after("import lit_sb3; lit_sb3.population.ARS; lit_sb3.vec_env.AsyncEval; lit_sb3.workers.errors")
     with pytest.raises(AttributeError, match="no attribute 'AsyncEvaluation'"):
         lit_sb3.AsyncEvaluation  # noqa: B018
