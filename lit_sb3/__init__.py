@@ -9,7 +9,7 @@ cma, which imports matplotlib where it is installed (about 0.4 s, paid by every 
 from __future__ import annotations
 
 import importlib
-import importlib.util
+import pkgutil
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -69,15 +69,19 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _SOURCES:
-        value = getattr(importlib.import_module(_SOURCES[name]), name)
-        globals()[name] = value  # later lookups skip this function
-        return value
-    if importlib.util.find_spec(f"{__name__}.{name}") is not None:  # a subpackage: lit_sb3.population.ARS works
-        return importlib.import_module(f"{__name__}.{name}")
-    raise AttributeError(f"module 'lit_sb3' has no attribute {name!r}")
+#: The package's modules and subpackages (``agents``, ``population``, ...), attributes of the package once imported.
+_PARTS = frozenset(module.name for module in pkgutil.iter_modules(__path__) if not module.name.startswith("_"))
 
+if not TYPE_CHECKING:  # type checkers see the imports above, and report names that are not there
 
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_SOURCES})
+    def __getattr__(name: str) -> Any:
+        if name in _SOURCES:
+            value = getattr(importlib.import_module(_SOURCES[name]), name)
+            globals()[name] = value  # later lookups skip this function
+            return value
+        if name in _PARTS:
+            return importlib.import_module(f"{__name__}.{name}")
+        raise AttributeError(f"module 'lit_sb3' has no attribute {name!r}")
+
+    def __dir__() -> list[str]:
+        return sorted({*globals(), *_SOURCES, *_PARTS})
