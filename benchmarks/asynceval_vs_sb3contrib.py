@@ -5,7 +5,7 @@ rounds; the tables give medians. ``limit`` is ``workers x`` the single-process r
 precomputed random actions, measured in the same run between rounds. A full run writes
 ``benchmarks/results/asynceval_vs_sb3contrib.json``; ``python benchmarks/render_results.py`` puts it in the docs.
 
-    python benchmarks/asynceval_vs_sb3contrib.py            # every case (about 10 minutes on 2 cores)
+    python benchmarks/asynceval_vs_sb3contrib.py            # every case (about 3 minutes on 2 cores)
     python benchmarks/asynceval_vs_sb3contrib.py --quick    # fewer rounds, smaller cases (what lit-sb3 bench runs)
 """
 
