@@ -151,7 +151,7 @@ class StudyCurve:
     def state(self) -> dict[str, Any]:
         """:return: What :meth:`restore` needs to go on after a checkpoint (JSON-serialisable)."""
         return {
-            "curve": self.curve,
+            "curve": list(self.curve),
             "at_threshold": self.at_threshold,
             "elapsed": self.elapsed(),
             "last_steps": self._last_steps,
@@ -245,10 +245,10 @@ class Checkpoint:
     Where a run saves itself between two rounds, so that a run whose processes are killed goes on from there when
     started again: a Stable-Baselines3 model with ``save()`` (and its ``VecNormalize`` statistics), an EvoTorch searcher
     pickled (its problem with it: observation statistics and counters, not its Ray actors, which its next step
-    starts again); then the global random generators' states, and last the curve and clocks (``state.json``: a
-    checkpoint is whole once that file is there). A resumed run of ours repeats the uninterrupted one; those of
-    sb3-contrib and EvoTorch go on from the same state but not on the same episodes (their workers' environments
-    start their random streams again).
+    starts again; a Gaussian searcher without its last population, see :func:`without_last_population`); then the
+    global random generators' states, and last the curve and clocks (``state.json``: a checkpoint is whole once that
+    file is there). A resumed run of ours repeats the uninterrupted one; those of sb3-contrib and EvoTorch go on from
+    the same state but not on the same episodes (their workers' environments start their random streams again).
 
     :param folder: The run's checkpoint folder.
     """
@@ -277,10 +277,12 @@ class Checkpoint:
             os.replace(self.folder / "vec_normalize-new.pkl", self.folder / "vec_normalize.pkl")
         self._save_random_states_and_curve(curve_state)
 
-    def save_searcher(self, searcher: Any, curve_state: dict[str, Any]) -> None:
+    def save_searcher(self, searcher: Any, before_step: SearcherStepStart) -> None:
+        """:param before_step: The curve and counts from before the searcher's last ``step()``."""
         self.folder.mkdir(parents=True, exist_ok=True)
-        write_replacing(self.searcher_file, pickle.dumps(searcher))
-        self._save_random_states_and_curve(curve_state)
+        with without_last_population(searcher, before_step):
+            write_replacing(self.searcher_file, pickle.dumps(searcher))
+        self._save_random_states_and_curve(before_step.curve_state)
 
     def _save_random_states_and_curve(self, curve_state: dict[str, Any]) -> None:
         states = random.getstate(), np.random.get_state(), torch.get_rng_state()
@@ -314,6 +316,53 @@ class Checkpoint:
             np.random.set_state(numpy_state)
             torch.set_rng_state(torch_state)
         return json.loads(self.state_file.read_text())
+
+
+@dataclass(frozen=True)
+class SearcherStepStart:
+    """
+    A run of EvoTorch's as it was when the searcher's last ``step()`` began.
+
+    :param curve_state: :meth:`StudyCurve.state`.
+    :param interaction_count: The ``GymNE`` problem's env steps.
+    :param episode_count: The ``GymNE`` problem's episodes.
+    """
+
+    curve_state: dict[str, Any]
+    interaction_count: int
+    episode_count: int
+
+    @classmethod
+    def now(cls, study_curve: StudyCurve, problem: Any) -> SearcherStepStart:
+        return cls(study_curve.state(), problem.interaction_count, problem.episode_count)
+
+
+@contextmanager
+def without_last_population(searcher: Any, before_step: SearcherStepStart) -> Iterator[None]:
+    """
+    Take a Gaussian searcher's last population off it, with the env steps and episodes of its evaluation, for the
+    block (a pickle): it is the searcher before that evaluation, which samples and evaluates a new one from the same
+    distribution at its next step. EvoTorch's PGPE, SNES and XNES keep the population they evaluated last until their
+    next ``step()`` computes the gradient from it (up to ``popsize_max`` solutions: 66 MB on Humanoid, where the rest
+    of the searcher is a few hundred kB). What the block leaves in: the observations of that evaluation in the
+    problem's normalisation statistics. Searchers that use their population within their step (CMA-ES) keep it.
+
+    :param before_step: The counts to go back to.
+    """
+    problem = searcher.problem
+    if getattr(searcher, "_population", None) is None or not hasattr(searcher, "_first_iter"):
+        yield
+        return
+    kept = searcher._population, searcher._first_iter, problem.interaction_count, problem.episode_count
+    searcher._population, searcher._first_iter = None, True
+    problem.set_interaction_count(before_step.interaction_count)
+    problem.set_episode_count(before_step.episode_count)
+    try:
+        yield
+    finally:
+        searcher._population, searcher._first_iter, interaction_count, episode_count = kept
+        problem.set_interaction_count(interaction_count)
+        problem.set_episode_count(episode_count)
 
 
 def write_replacing(path: Path, data: bytes) -> None:
@@ -494,6 +543,7 @@ def run_evotorch(study_task: StudyTask, config: EvoTorchConfig, seed: int, check
     try:
         study_curve.start()
         last_checkpoint = time.perf_counter()
+        before_step = SearcherStepStart.now(study_curve, problem)
         while True:
             steps = problem.interaction_count
             finished = steps >= task.budget
@@ -501,13 +551,13 @@ def run_evotorch(study_task: StudyTask, config: EvoTorchConfig, seed: int, check
                 break
             if finished:
                 break
+            before_step = SearcherStepStart.now(study_curve, problem)
             searcher.step()
             if checkpoint is not None and time.perf_counter() - last_checkpoint >= CHECKPOINT_INTERVAL:
-                with study_curve.excluded():
-                    checkpoint.save_searcher(searcher, study_curve.state())
+                checkpoint.save_searcher(searcher, before_step)
                 last_checkpoint = time.perf_counter()
         if checkpoint is not None:
-            checkpoint.save_searcher(searcher, study_curve.state())
+            checkpoint.save_searcher(searcher, before_step)
     finally:
         problem.kill_actors()
         ray.shutdown()
