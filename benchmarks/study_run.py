@@ -554,7 +554,8 @@ def run_evotorch(study_task: StudyTask, config: EvoTorchConfig, seed: int, check
             before_step = SearcherStepStart.now(study_curve, problem)
             searcher.step()
             if checkpoint is not None and time.perf_counter() - last_checkpoint >= CHECKPOINT_INTERVAL:
-                checkpoint.save_searcher(searcher, before_step)
+                with study_curve.excluded():
+                    checkpoint.save_searcher(searcher, before_step)
                 last_checkpoint = time.perf_counter()
         if checkpoint is not None:
             checkpoint.save_searcher(searcher, before_step)
