@@ -326,15 +326,25 @@ class SearcherStepStart:
     :param curve_state: :meth:`StudyCurve.state`.
     :param interaction_count: The ``GymNE`` problem's env steps.
     :param episode_count: The ``GymNE`` problem's episodes.
+    :param actor_counters: Each of its actors' env steps and episodes (None: no actors), which its pickle keeps and
+        its count is the sum of from its next evaluation on.
     """
 
     curve_state: dict[str, Any]
     interaction_count: int
     episode_count: int
+    actor_counters: list[dict[str, int]] | None
 
     @classmethod
     def now(cls, study_curve: StudyCurve, problem: Any) -> SearcherStepStart:
-        return cls(study_curve.state(), problem.interaction_count, problem.episode_count)
+        import ray
+
+        actor_counters = None
+        if problem._actors is not None:
+            actor_counters = ray.get(
+                [actor.call.remote("_make_pickle_data_for_main", [], {}) for actor in problem._actors]
+            )
+        return cls(study_curve.state(), problem.interaction_count, problem.episode_count, actor_counters)
 
 
 @contextmanager
@@ -353,16 +363,19 @@ def without_last_population(searcher: Any, before_step: SearcherStepStart) -> It
     if getattr(searcher, "_population", None) is None or not hasattr(searcher, "_first_iter"):
         yield
         return
-    kept = searcher._population, searcher._first_iter, problem.interaction_count, problem.episode_count
+    kept = searcher._population, searcher._first_iter, problem.interaction_count, problem.episode_count, problem._actors
     searcher._population, searcher._first_iter = None, True
     problem.set_interaction_count(before_step.interaction_count)
     problem.set_episode_count(before_step.episode_count)
+    # Without actors to ask, the pickle keeps these counters for the actors it starts again.
+    problem._actors, problem._remote_states = None, before_step.actor_counters
     try:
         yield
     finally:
-        searcher._population, searcher._first_iter, interaction_count, episode_count = kept
+        searcher._population, searcher._first_iter, interaction_count, episode_count, problem._actors = kept
         problem.set_interaction_count(interaction_count)
         problem.set_episode_count(episode_count)
+        problem._remote_states = None
 
 
 def write_replacing(path: Path, data: bytes) -> None:
