@@ -270,7 +270,7 @@ def versus(result: Result) -> Table:
         row = {"task": task, "lit_sb3": summary(ours, named=True)}
         for key in RIVALS:
             theirs = chosen[key].get(task, [])
-            row[key] = summary(theirs[0], named=key != "contrib") if theirs else "not run"
+            row[key] = summary(theirs[0], named=key != "contrib") if theirs else "none finished"
             row[f"{key}_ratio"] = time_ratios(ours, theirs) if theirs else "-"
         table.rows.append(row)
     return table
