@@ -277,12 +277,17 @@ class Checkpoint:
             os.replace(self.folder / "vec_normalize-new.pkl", self.folder / "vec_normalize.pkl")
         self._save_random_states_and_curve(curve_state)
 
-    def save_searcher(self, searcher: Any, before_step: SearcherStepStart) -> None:
-        """:param before_step: The curve and counts from before the searcher's last ``step()``."""
+    def save_searcher(self, searcher: Any, study_curve: StudyCurve, before_step: SearcherStepStart) -> None:
+        """
+        Save the searcher, without its last population where it keeps one (:func:`without_last_population`) and then
+        with the curve and clocks from before that population's evaluation.
+
+        :param before_step: The curve and counts from before the searcher's last ``step()``.
+        """
         self.folder.mkdir(parents=True, exist_ok=True)
-        with without_last_population(searcher, before_step):
+        with without_last_population(searcher, before_step) as left_out:
             write_replacing(self.searcher_file, pickle.dumps(searcher))
-        self._save_random_states_and_curve(before_step.curve_state)
+        self._save_random_states_and_curve(before_step.curve_state if left_out else study_curve.state())
 
     def _save_random_states_and_curve(self, curve_state: dict[str, Any]) -> None:
         states = random.getstate(), np.random.get_state(), torch.get_rng_state()
@@ -348,7 +353,7 @@ class SearcherStepStart:
 
 
 @contextmanager
-def without_last_population(searcher: Any, before_step: SearcherStepStart) -> Iterator[None]:
+def without_last_population(searcher: Any, before_step: SearcherStepStart) -> Iterator[bool]:
     """
     Take a Gaussian searcher's last population off it, with the env steps and episodes of its evaluation, for the
     block (a pickle): it is the searcher before that evaluation, which samples and evaluates a new one from the same
@@ -358,10 +363,11 @@ def without_last_population(searcher: Any, before_step: SearcherStepStart) -> It
     problem's normalisation statistics. Searchers that use their population within their step (CMA-ES) keep it.
 
     :param before_step: The counts to go back to.
+    :return: Whether there was a population to take off.
     """
     problem = searcher.problem
     if getattr(searcher, "_population", None) is None or not hasattr(searcher, "_first_iter"):
-        yield
+        yield False
         return
     kept = searcher._population, searcher._first_iter, problem.interaction_count, problem.episode_count, problem._actors
     searcher._population, searcher._first_iter = None, True
@@ -370,7 +376,7 @@ def without_last_population(searcher: Any, before_step: SearcherStepStart) -> It
     # Without actors to ask, the pickle keeps these counters for the actors it starts again.
     problem._actors, problem._remote_states = None, before_step.actor_counters
     try:
-        yield
+        yield True
     finally:
         searcher._population, searcher._first_iter, interaction_count, episode_count, problem._actors = kept
         problem.set_interaction_count(interaction_count)
@@ -568,10 +574,10 @@ def run_evotorch(study_task: StudyTask, config: EvoTorchConfig, seed: int, check
             searcher.step()
             if checkpoint is not None and time.perf_counter() - last_checkpoint >= CHECKPOINT_INTERVAL:
                 with study_curve.excluded():
-                    checkpoint.save_searcher(searcher, before_step)
+                    checkpoint.save_searcher(searcher, study_curve, before_step)
                 last_checkpoint = time.perf_counter()
         if checkpoint is not None:
-            checkpoint.save_searcher(searcher, before_step)
+            checkpoint.save_searcher(searcher, study_curve, before_step)
     finally:
         problem.kill_actors()
         ray.shutdown()
