@@ -56,7 +56,8 @@ checkpoint (its model or EvoTorch searcher, curve and clocks) between two rounds
 seconds, in ``OUT.checkpoints/``, and a run that finds its checkpoint goes on from it (its record counts the
 ``resumes``): a run outlives the processes that ran it. The checkpoint of a finished run is kept
 (``OUT.checkpoints/TASK-CONFIG-SEED``), so a run of the seed with a larger budget goes on from where the last one
-ended instead of repeating it. ``Checkpoint`` says what a resumed run repeats exactly.
+ended (EvoTorch's PGPE, SNES and XNES: from before its last generation) instead of repeating it. ``Checkpoint`` says
+what a resumed run repeats exactly.
 
 The modules beside this command: ``study_setup`` (the tasks and configurations: ``CONFIGS`` and
 ``EVOTORCH_CONFIGS``, the ``--config`` names), ``study_run`` (one run, its clocks and checkpoints, the rates alone),

@@ -3,6 +3,7 @@ configuration and of an environment alone."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import inspect
 import json
@@ -277,17 +278,20 @@ class Checkpoint:
             os.replace(self.folder / "vec_normalize-new.pkl", self.folder / "vec_normalize.pkl")
         self._save_random_states_and_curve(curve_state)
 
-    def save_searcher(self, searcher: Any, study_curve: StudyCurve, before_step: SearcherStepStart) -> None:
+    def save_searcher(self, searcher: Any, study_curve: StudyCurve, before_step: StateBeforeStep | None) -> None:
         """
         Save the searcher, without its last population where it keeps one (:func:`without_last_population`) and then
         with the curve and clocks from before that population's evaluation.
 
-        :param before_step: The curve and counts from before the searcher's last ``step()``.
+        :param before_step: The run before the searcher's last ``step()`` (None: no step yet).
         """
         self.folder.mkdir(parents=True, exist_ok=True)
         with without_last_population(searcher, before_step) as left_out:
             write_replacing(self.searcher_file, pickle.dumps(searcher))
-        self._save_random_states_and_curve(before_step.curve_state if left_out else study_curve.state())
+        if left_out and before_step is not None:
+            self._save_random_states_and_curve(before_step.curve_state)
+        else:
+            self._save_random_states_and_curve(study_curve.state())
 
     def _save_random_states_and_curve(self, curve_state: dict[str, Any]) -> None:
         states = random.getstate(), np.random.get_state(), torch.get_rng_state()
@@ -323,65 +327,76 @@ class Checkpoint:
         return json.loads(self.state_file.read_text())
 
 
+#: What a ``GymNE`` problem's evaluation changes, besides its actors: env steps, episodes, the status of the last
+#: evaluation (which a Gaussian searcher's adaptive population size counts from) and the observation statistics.
+EVALUATED_PROBLEM_STATE = ("_interaction_count", "_episode_count", "_after_eval_status", "_obs_stats")
+
+
 @dataclass(frozen=True)
-class SearcherStepStart:
+class StateBeforeStep:
     """
-    A run of EvoTorch's as it was when the searcher's last ``step()`` began.
+    An EvoTorch run as it was when its searcher's last ``step()`` began.
 
     :param curve_state: :meth:`StudyCurve.state`.
-    :param interaction_count: The ``GymNE`` problem's env steps.
-    :param episode_count: The ``GymNE`` problem's episodes.
-    :param actor_counters: Each of its actors' env steps and episodes (None: no actors), which its pickle keeps and
-        its count is the sum of from its next evaluation on.
+    :param searcher_steps: The searcher's ``step()`` count.
+    :param problem_state: The ``GymNE`` problem's :data:`EVALUATED_PROBLEM_STATE` (copies).
+    :param actor_counters: Each of its actors' env steps and episodes (None: no actors), which a pickle of the problem
+        keeps for the actors it starts again, whose sum its count is from its next evaluation on.
     """
 
     curve_state: dict[str, Any]
-    interaction_count: int
-    episode_count: int
+    searcher_steps: int
+    problem_state: dict[str, Any]
     actor_counters: list[dict[str, int]] | None
 
     @classmethod
-    def now(cls, study_curve: StudyCurve, problem: Any) -> SearcherStepStart:
+    def now(cls, study_curve: StudyCurve, searcher: Any) -> StateBeforeStep:
+        """:return: The run's state now, before ``searcher.step()``."""
         import ray
 
+        problem = searcher.problem
         actor_counters = None
         if problem._actors is not None:
             actor_counters = ray.get(
                 [actor.call.remote("_make_pickle_data_for_main", [], {}) for actor in problem._actors]
             )
-        return cls(study_curve.state(), problem.interaction_count, problem.episode_count, actor_counters)
+        problem_state = {name: copy.copy(getattr(problem, name)) for name in EVALUATED_PROBLEM_STATE}
+        return cls(study_curve.state(), searcher.step_count, problem_state, actor_counters)
 
 
 @contextmanager
-def without_last_population(searcher: Any, before_step: SearcherStepStart) -> Iterator[bool]:
+def without_last_population(searcher: Any, before_step: StateBeforeStep | None) -> Iterator[bool]:
     """
-    Take a Gaussian searcher's last population off it, with the env steps and episodes of its evaluation, for the
-    block (a pickle): it is the searcher before that evaluation, which samples and evaluates a new one from the same
-    distribution at its next step. EvoTorch's PGPE, SNES and XNES keep the population they evaluated last until their
-    next ``step()`` computes the gradient from it (up to ``popsize_max`` solutions: 66 MB on Humanoid, where the rest
-    of the searcher is a few hundred kB). What the block leaves in: the observations of that evaluation in the
-    problem's normalisation statistics. Searchers that use their population within their step (CMA-ES) keep it.
+    For the block (a pickle), take a Gaussian searcher's last population off it and its problem back to
+    ``before_step``: it is then the searcher before that population's evaluation, which samples and evaluates a new
+    one from the same distribution at its next step. EvoTorch's PGPE, SNES and XNES keep the population they
+    evaluated last until their next ``step()`` computes the gradient from it (up to ``popsize_max`` solutions: 66 MB
+    on Humanoid, where the rest of the searcher is a few hundred kB). Left as they are: the problem's best and worst
+    solutions so far (which may come from that population). Other searchers (CMA-ES) use their population within
+    their step and keep it.
 
-    :param before_step: The counts to go back to.
-    :return: Whether there was a population to take off.
+    :param before_step: The run before the searcher's last step (None: no step yet).
+    :return: Whether a population was taken off (the block's value).
     """
-    problem = searcher.problem
-    if getattr(searcher, "_population", None) is None or not hasattr(searcher, "_first_iter"):
+    from evotorch.algorithms.distributed import GaussianSearchAlgorithm
+
+    if not isinstance(searcher, GaussianSearchAlgorithm) or searcher.population is None or before_step is None:
         yield False
         return
-    kept = searcher._population, searcher._first_iter, problem.interaction_count, problem.episode_count, problem._actors
-    searcher._population, searcher._first_iter = None, True
-    problem.set_interaction_count(before_step.interaction_count)
-    problem.set_episode_count(before_step.episode_count)
-    # Without actors to ask, the pickle keeps these counters for the actors it starts again.
-    problem._actors, problem._remote_states = None, before_step.actor_counters
+    problem = searcher.problem
+    kept_searcher = searcher._population, searcher._first_iter, searcher._steps_count
+    kept_problem = {name: getattr(problem, name) for name in (*EVALUATED_PROBLEM_STATE, "_actors", "_remote_states")}
     try:
+        searcher._population, searcher._first_iter, searcher._steps_count = None, True, before_step.searcher_steps
+        for name, value in before_step.problem_state.items():
+            setattr(problem, name, value)
+        # Without actors to ask, the pickle keeps these counters for the actors it starts again.
+        problem._actors, problem._remote_states = None, before_step.actor_counters
         yield True
     finally:
-        searcher._population, searcher._first_iter, interaction_count, episode_count, problem._actors = kept
-        problem.set_interaction_count(interaction_count)
-        problem.set_episode_count(episode_count)
-        problem._remote_states = None
+        searcher._population, searcher._first_iter, searcher._steps_count = kept_searcher
+        for name, value in kept_problem.items():
+            setattr(problem, name, value)
 
 
 def write_replacing(path: Path, data: bytes) -> None:
@@ -562,7 +577,7 @@ def run_evotorch(study_task: StudyTask, config: EvoTorchConfig, seed: int, check
     try:
         study_curve.start()
         last_checkpoint = time.perf_counter()
-        before_step = SearcherStepStart.now(study_curve, problem)
+        before_step = None
         while True:
             steps = problem.interaction_count
             finished = steps >= task.budget
@@ -570,7 +585,8 @@ def run_evotorch(study_task: StudyTask, config: EvoTorchConfig, seed: int, check
                 break
             if finished:
                 break
-            before_step = SearcherStepStart.now(study_curve, problem)
+            with study_curve.excluded():  # the study's bookkeeping
+                before_step = StateBeforeStep.now(study_curve, searcher)
             searcher.step()
             if checkpoint is not None and time.perf_counter() - last_checkpoint >= CHECKPOINT_INTERVAL:
                 with study_curve.excluded():
