@@ -787,8 +787,11 @@ class WorkerPool:
             self._fail_everything(self._broken)
             return
         self._on_ready(slot)
+        # The replays and the board are made anew for the replacement: those sent to, or queued for, the worker that
+        # died would replay twice and attach a board closed below (the replacement failed to open it).
+        callers = [call for call in slot.waiting_calls if call.future is not None]
         replays = [_Call(call.method, call.args, None) for call in slot.sticky.values()]
-        slot.waiting_calls.extendleft(reversed(replays))
+        slot.waiting_calls = deque([*replays, *callers])
         if slot.board is not None:
             # A new board: a thread that timed out cannot be stopped, and would write on the old one when it returns.
             slot.board.close()

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import CancelledError
+from pathlib import Path
 
 import pytest
 
@@ -27,7 +28,7 @@ from lit_sb3.workers import (
 from lit_sb3.workers.backend import Backend
 from lit_sb3.workers.choice import BackendChoice
 from lit_sb3.workers.local import LocalWorker
-from workers.toy_apps import BlockingApp, BrokenApp, CountingApp, SquareApp
+from workers.toy_apps import BlockingApp, BrokenApp, CountingApp, DiesInMarkedConfigure, SquareApp
 
 
 @pytest.fixture(params=["processes", "threads"])
@@ -278,6 +279,19 @@ def test_a_stream_resumes_after_its_worker_dies_mid_stream(pool: WorkerPool) -> 
     units_of_killed_task = [item.unit for item in items if item.task_index == killed_task]
     assert units_of_killed_task[delivered_before:] == resumed_units == sorted(resumed_units)
     assert stream.counts.interrupted <= 1  # at most the unit on the dead worker's one slot
+
+
+def test_a_replacement_dying_in_its_replays_leaves_the_next_one_its_own_replays_only(tmp_path: Path) -> None:
+    """What was sent to a replacement that died (its replays, its progress board) is made anew for the next one,
+    not sent again beside it: the next one would replay twice, and fail to open the board closed meanwhile."""
+    marker = tmp_path / "die in configure"
+    with contextlib.closing(WorkerPool([DiesInMarkedConfigure], backend=new_backend("processes"))) as pool:
+        pool.call(0, "configure", str(marker), sticky=True).result(30)
+        marker.touch()
+        kill_worker(pool, 0)  # its replacement dies while it replays configure
+        assert pool.call(0, "configured").result(30) == 1
+        assert pool.restarts == 2
+        assert not marker.exists()
 
 
 def test_a_resumed_stream_starts_from_the_resume_arguments_of_its_last_delivered_unit(pool: WorkerPool) -> None:

@@ -212,6 +212,27 @@ class StuckWhileMarked(CountingApp):
         super().__init__()
 
 
+class DiesInMarkedConfigure(CountingApp):
+    """A counting app whose control ``configure(marker)`` counts its calls (``configured``), and ends the worker
+    process instead while the marker file exists (removing it: the next worker lives)."""
+
+    control_methods: ClassVar[frozenset[str]] = CountingApp.control_methods | {"configure", "configured"}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.configure_calls = 0
+
+    def configure(self, marker: str) -> None:
+        if os.path.exists(marker):
+            os.remove(marker)
+            os._exit(1)
+        self.configure_calls += 1
+
+    def configured(self) -> int:
+        """:return: How many ``configure`` calls this worker ran."""
+        return self.configure_calls
+
+
 class BrokenApp(WorkerApp):
     """An app whose constructor fails."""
 
