@@ -788,9 +788,11 @@ class WorkerPool:
             return
         self._on_ready(slot)
         # The replays and the board are made anew for the replacement: those sent to, or queued for, the worker that
-        # died would replay twice and attach a board closed below (the replacement failed to open it).
+        # died would replay twice and attach a board closed below (the replacement failed to open it). A sticky call
+        # still unanswered is sent once, as itself.
         callers = [call for call in slot.waiting_calls if call.future is not None]
-        replays = [_Call(call.method, call.args, None) for call in slot.sticky.values()]
+        unanswered = {id(call) for call in callers}
+        replays = [_Call(call.method, call.args, None) for call in slot.sticky.values() if id(call) not in unanswered]
         slot.waiting_calls = deque([*replays, *callers])
         if slot.board is not None:
             # A new board: a thread that timed out cannot be stopped, and would write on the old one when it returns.

@@ -294,6 +294,15 @@ def test_a_replacement_dying_in_its_replays_leaves_the_next_one_its_own_replays_
         assert not marker.exists()
 
 
+def test_a_sticky_call_whose_worker_died_in_it_runs_once_on_the_replacement(tmp_path: Path) -> None:
+    marker = tmp_path / "die in configure"
+    marker.touch()
+    with contextlib.closing(WorkerPool([DiesInMarkedConfigure], backend=new_backend("processes"))) as pool:
+        pool.call(0, "configure", str(marker), sticky=True).result(30)  # the first worker dies in it
+        assert pool.call(0, "configured").result(30) == 1  # not also replayed
+        assert pool.restarts == 1
+
+
 def test_a_resumed_stream_starts_from_the_resume_arguments_of_its_last_delivered_unit(pool: WorkerPool) -> None:
     payloads = [(30, 0.02, 0), (30, 0.02, 1000)]
     stream = pool.stream_tasks("running_sum", payloads, labels=["from 0", "from 1000"], capacities=[1, 1])
