@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import gc
+import importlib
 import os
 import pathlib
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from types import ModuleType
 
 import cloudpickle
 import psutil
@@ -30,6 +32,19 @@ def scalar_policy() -> LinearPolicy:
 def sb3_log_dir(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Stable-Baselines3 creates a log folder for every ``learn()``: keep them in the test's temporary folder."""
     monkeypatch.setenv("SB3_LOGDIR", str(tmp_path / "sb3_logs"))
+
+
+BENCHMARKS = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def benchmark_module() -> Iterator[Callable[[str], ModuleType]]:
+    """Imports a module of ``benchmarks/`` by name (the study's modules import their siblings)."""
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        yield importlib.import_module
+    finally:
+        sys.path.remove(str(BENCHMARKS))
 
 
 SHARED_MEMORY = pathlib.Path("/dev/shm")

@@ -3,10 +3,8 @@
 
 from __future__ import annotations
 
-import importlib
 import pathlib
-import sys
-from collections.abc import Iterator
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -47,19 +45,15 @@ STUDY_TASKS = {
 
 
 @pytest.fixture(scope="module")
-def study_setup() -> Iterator[ModuleType]:
-    """The study's tasks and configurations (``benchmarks/study_setup.py``), imported for these tests."""
-    sys.path.insert(0, str(BENCHMARKS))  # the study's modules import their siblings
-    try:
-        yield importlib.import_module("study_setup")
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+def study_setup(benchmark_module: Callable[[str], ModuleType]) -> ModuleType:
+    """The study's tasks and configurations (``benchmarks/study_setup.py``)."""
+    return benchmark_module("study_setup")
 
 
 @pytest.fixture(scope="module")
-def study_runs(study_setup: ModuleType) -> dict[tuple[str, str], list[dict[str, Any]]]:
+def study_runs(benchmark_module: Callable[[str], ModuleType]) -> dict[tuple[str, str], list[dict[str, Any]]]:
     """The MuJoCo study's records by (task, configuration)."""
-    report = importlib.import_module("study_report")
+    report = benchmark_module("study_report")
     return report.group_records(report.read_records(str(BENCHMARKS / "study_runs" / "runs.jsonl")))
 
 
