@@ -9,7 +9,12 @@ from typing import Any
 import numpy as np
 
 
-def _check_int(name: str, value: Any) -> None:
+def check_int(name: str, value: Any) -> None:
+    """
+    :param name: Argument name for the message.
+    :param value: The value to check.
+    :raises TypeError: if ``value`` is not an int (a bool is not).
+    """
     if not isinstance(value, int | np.integer) or isinstance(value, bool):
         raise TypeError(f"{name} must be an int, got {type(value)!r}")
 
@@ -26,7 +31,7 @@ def check_positive_int(name: str, value: Any) -> None:
     :raises TypeError: if ``value`` is not an int.
     :raises ValueError: if it is below 1.
     """
-    _check_int(name, value)
+    check_int(name, value)
     if value < 1:
         raise ValueError(f"{name} must be at least 1, got {value}")
 
@@ -38,7 +43,7 @@ def check_non_negative_int(name: str, value: Any) -> None:
     :raises TypeError: if ``value`` is not an int.
     :raises ValueError: if it is negative.
     """
-    _check_int(name, value)
+    check_int(name, value)
     if value < 0:
         raise ValueError(f"{name} must be a non-negative int, got {value}")
 

@@ -13,6 +13,7 @@ from stable_baselines3.common.type_aliases import GymEnv, Schedule
 from lit_sb3.checks import check_positive_int, check_scale
 from lit_sb3.evaluation.obs_rms import subtract_running_mean_std
 from lit_sb3.population.base import PopulationAlgorithm, checked_schedule
+from lit_sb3.population.ranking import unit_scaled
 
 
 class ARS(PopulationAlgorithm):
@@ -153,13 +154,15 @@ class ARS(PopulationAlgorithm):
         assert self._deltas is not None
         plus_returns, minus_returns = returns[: self.n_delta], returns[self.n_delta :]
         top = np.argsort(-np.maximum(plus_returns, minus_returns), kind="stable")[: self.n_top]
-        plus_returns, minus_returns = plus_returns[top], minus_returns[top]
-        return_std = float(np.std(np.concatenate([plus_returns, minus_returns]), ddof=self.return_std_ddof))
+        # The step does not depend on the returns' scale: it is taken on them scaled exactly (no overflow).
+        scaled, exponent = unit_scaled(np.concatenate([plus_returns[top], minus_returns[top]]))
+        scaled_std = float(np.std(scaled, ddof=self.return_std_ddof))
         learning_rate = self._scheduled("learning_rate", self.lr_schedule, allow_zero=True)
         # Equal returns everywhere give no direction (and a zero std): no step then.
-        step_size = learning_rate / (self.n_top * return_std) if return_std > 0.0 else 0.0
+        scaled_step = learning_rate / (self.n_top * scaled_std) if scaled_std > 0.0 else 0.0
         weights = self._centre()
-        weights += step_size * ((plus_returns - minus_returns) @ self._deltas[top])
+        weights += scaled_step * ((scaled[: self.n_top] - scaled[self.n_top :]) @ self._deltas[top])
+        return_std, step_size = float(np.ldexp(scaled_std, exponent)), float(np.ldexp(scaled_step, -exponent))
         self.policy.load_from_vector(weights)
         self._deltas = None
         return {

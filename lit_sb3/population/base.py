@@ -23,7 +23,7 @@ from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedul
 from stable_baselines3.common.utils import FloatSchedule, safe_mean
 from stable_baselines3.common.vec_env import VecNormalize
 
-from lit_sb3.checks import check_finite_number, check_positive_int, check_scale
+from lit_sb3.checks import check_finite_number, check_int, check_positive_int, check_scale
 from lit_sb3.policies import LinearPolicy, MlpPolicy
 from lit_sb3.vec_env.candidate_eval import CandidateEval, InProcessEval
 
@@ -41,7 +41,7 @@ def check_population_size(pop_size: Any, *, even: bool = False, name: str = "pop
     :raises TypeError: if ``pop_size`` is not an int.
     :raises ValueError: if it is too small or odd.
     """
-    check_positive_int(name, pop_size)
+    check_int(name, pop_size)
     if pop_size < 2 or (even and pop_size % 2):
         kind = "an even int (antithetic pairs)" if even else "an int"
         raise ValueError(f"{name} must be {kind} >= 2, got {pop_size}")
@@ -78,8 +78,16 @@ def checked_schedule(name: str, value: float | Schedule, *, allow_zero: bool = F
 
 
 def _one_per_candidate(name: str, values: Iterable[float] | np.ndarray | th.Tensor, pop_size: int) -> np.ndarray:
-    """:return: ``values`` as a float64 array, checked to hold one number per candidate."""
-    array = np.asarray(values.detach().cpu() if isinstance(values, th.Tensor) else values)
+    """:return: ``values`` (an array, a tensor or any iterable) as a float64 array, checked to hold one number per
+    candidate."""
+    if isinstance(values, th.Tensor):
+        values = values.detach().cpu()
+    elif not isinstance(values, np.ndarray | str) and isinstance(values, Iterable):
+        values = list(values)  # a generator, a dict's values
+    try:
+        array = np.asarray(values)
+    except ValueError as error:  # nested sequences of different lengths
+        raise ValueError(f"{name} must have one number per candidate, shape ({pop_size},): {error}") from None
     if array.dtype.kind not in "iuf":
         raise TypeError(f"{name} must be numbers, one per candidate, got an array of {array.dtype}")
     array = array.astype(np.float64, copy=False)
@@ -281,6 +289,11 @@ class PopulationAlgorithm(BaseAlgorithm):
     # ---------------------------------------------------------------------------------------- model
 
     def _setup_model(self) -> None:
+        if getattr(self, "observation_space", None) is None:  # load() sets the spaces of the saved model
+            raise ValueError(
+                "env is None: the policy is built for the environment's observation and action spaces; give the "
+                "environment (or its Gymnasium id), also for ask/tell"
+            )
         self._setup_lr_schedule()
         self.set_random_seed(self.seed)
         self.policy = self.policy_class(self.observation_space, self.action_space, **self.policy_kwargs)
@@ -454,8 +467,9 @@ class PopulationAlgorithm(BaseAlgorithm):
             )
         else:
             counts = _one_per_candidate("interactions", interactions, pop_size)
-            if not (np.all(np.isfinite(counts) & (counts >= 0)) and np.array_equal(counts, np.round(counts))):
-                raise ValueError(f"interactions must be non-negative whole numbers, got {counts.tolist()}")
+            # An evaluation takes one env step at least: rounds told zeros would grow for ever.
+            if not (np.all(np.isfinite(counts) & (counts >= 1)) and np.array_equal(counts, np.round(counts))):
+                raise ValueError(f"interactions must be whole numbers of env steps, at least 1, got {counts.tolist()}")
             steps = int(counts.sum())
         return self._tell(values, steps, [])
 

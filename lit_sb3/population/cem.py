@@ -11,6 +11,7 @@ from stable_baselines3.common.type_aliases import GymEnv, Schedule
 
 from lit_sb3.checks import check_scale, check_unit_interval
 from lit_sb3.population.base import PopulationAlgorithm, check_population_size, checked_schedule
+from lit_sb3.population.ranking import standard_deviation
 
 
 class CEM(PopulationAlgorithm):
@@ -108,5 +109,5 @@ class CEM(PopulationAlgorithm):
             "train/elite_return": float(returns[elite].mean()),
             "train/std": float(self.std.mean()),
             "train/extra_noise": extra_noise,
-            "rollout/return_std": float(np.std(returns)),
+            "rollout/return_std": standard_deviation(returns),
         }

@@ -12,6 +12,7 @@ from stable_baselines3.common.type_aliases import GymEnv
 
 from lit_sb3.checks import check_finite_number, check_non_negative_int, check_scale, check_settings
 from lit_sb3.population.base import PopulationAlgorithm, check_population_size
+from lit_sb3.population.ranking import standard_deviation
 
 with warnings.catch_warnings():
     # cma warns at import when matplotlib is missing; its plots are not used here.
@@ -207,5 +208,5 @@ class CMAES(PopulationAlgorithm):
             "train/pop_size": float(strategy.popsize),
             "train/restarts": float(self.n_restarts),
             "train/best_return": float(returns.max()),
-            "rollout/return_std": float(np.std(returns)),
+            "rollout/return_std": standard_deviation(returns),
         }

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 import numpy as np
@@ -13,8 +12,8 @@ from stable_baselines3.common.utils import update_learning_rate
 
 from lit_sb3.checks import check_scale, check_settings
 from lit_sb3.population.base import PopulationAlgorithm, check_population_size, checked_schedule
-from lit_sb3.population.optimizers import ClipUp, resolve_optimizer, step_along
-from lit_sb3.population.ranking import centered_ranks
+from lit_sb3.population.optimizers import ClipUp, check_optimizer_settings, resolve_optimizer, step_along
+from lit_sb3.population.ranking import centered_ranks, standard_deviation
 
 __all__ = ["ES", "centered_ranks"]
 
@@ -81,16 +80,20 @@ class ES(PopulationAlgorithm):
         _init_setup_model: bool = True,
     ) -> None:
         check_population_size(pop_size, even=True)
+        sigma_schedule = checked_schedule("sigma", sigma)
+        learning_rate_schedule = checked_schedule("learning_rate", learning_rate, allow_zero=True)
         optimizer_class = resolve_optimizer("optimizer_class", optimizer_class)
         check_scale("weight_decay", weight_decay, allow_zero=True)
         settings = check_settings("optimizer_kwargs", optimizer_kwargs)
         for key, argument in (("lr", "learning_rate"), ("weight_decay", "weight_decay")):
             if key in settings:
                 raise ValueError(f"optimizer_kwargs must not set {key!r}: use the {argument} argument")
-        try:
-            inspect.signature(optimizer_class).bind(None, lr=1.0, weight_decay=weight_decay, **settings)
-        except TypeError as error:
-            raise TypeError(f"optimizer_kwargs do not fit {optimizer_class.__name__}: {error}") from None
+        if optimizer_kwargs is None:
+            # A population gradient estimate is already an average: Adam needs only a short first-moment memory.
+            settings = {"betas": (0.5, 0.999)} if optimizer_class is th.optim.Adam else {}
+        check_optimizer_settings(
+            optimizer_class, {"lr": learning_rate_schedule(1.0), "weight_decay": weight_decay, **settings}
+        )
         super().__init__(
             policy,
             env,
@@ -107,13 +110,10 @@ class ES(PopulationAlgorithm):
         )
         self.pop_size = pop_size
         self.sigma = sigma
-        self.sigma_schedule = checked_schedule("sigma", sigma)
+        self.sigma_schedule = sigma_schedule
         self.weight_decay = weight_decay
         self.optimizer_class = optimizer_class
-        if optimizer_kwargs is None:
-            # A population gradient estimate is already an average: Adam needs only a short first-moment memory.
-            optimizer_kwargs = {"betas": (0.5, 0.999)} if optimizer_class is th.optim.Adam else {}
-        self.optimizer_kwargs = optimizer_kwargs
+        self.optimizer_kwargs = settings
         # The noise of the pending population's pairs, and the sigma it was scaled by.
         self._noise: np.ndarray | None = None
         self._pending_sigma = 0.0
@@ -150,7 +150,7 @@ class ES(PopulationAlgorithm):
             "train/learning_rate": learning_rate,
             "train/sigma": self._pending_sigma,
             "train/gradient_norm": float(np.linalg.norm(gradient)),
-            "rollout/return_std": float(np.std(returns)),
+            "rollout/return_std": standard_deviation(returns),
         }
         if isinstance(self.optimizer, ClipUp):
             statistics["train/speed"] = self.optimizer.speed()

@@ -11,9 +11,9 @@ from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, Schedule
 
 from lit_sb3.checks import check_scale
-from lit_sb3.population.base import PopulationAlgorithm, checked_schedule
+from lit_sb3.population.base import PopulationAlgorithm, check_interaction_budget, checked_schedule
 from lit_sb3.population.distribution import check_budget_bound, check_stdev_init, initial_stdev, population_size
-from lit_sb3.population.ranking import Ranking, check_ranking, shape_returns
+from lit_sb3.population.ranking import Ranking, check_ranking, shape_returns, standard_deviation, unit_scaled
 
 
 def default_popsize(n_params: int) -> int:
@@ -76,6 +76,9 @@ class NaturalEvolutionStrategy(PopulationAlgorithm):
         device: th.device | str = "cpu",
     ) -> None:
         initial_pop_size = population_size(popsize, pop_size)
+        check_interaction_budget(num_interactions, popsize_max)
+        if initial_pop_size is not None:  # the default depends on the policy's size
+            check_budget_bound(popsize_max, initial_pop_size)
         checked_schedule("center_learning_rate", center_learning_rate, allow_zero=True)
         if stdev_learning_rate is not None:
             check_scale("stdev_learning_rate", stdev_learning_rate, allow_zero=True)
@@ -122,7 +125,8 @@ class NaturalEvolutionStrategy(PopulationAlgorithm):
         shaped = shape_returns(returns, self.ranking)
         if self.ranking == "nes":
             return shaped
-        centred = shaped - shaped.mean()
+        scaled, _ = unit_scaled(shaped)
+        centred = scaled - scaled.mean()
         total = np.abs(centred).sum()
         return centred / total if total > 0.0 else centred
 
@@ -260,7 +264,7 @@ class SNES(NaturalEvolutionStrategy):
             "train/stdev_learning_rate": stdev_learning_rate,
             "train/stdev": float(self.stdev.mean()),
             "train/pop_size": float(len(candidates)),
-            "rollout/return_std": float(np.std(returns)),
+            "rollout/return_std": standard_deviation(returns),
         }
 
 
@@ -420,5 +424,5 @@ class XNES(NaturalEvolutionStrategy):
             "train/stdev_learning_rate": stdev_rate,
             "train/stdev": self.scale,
             "train/pop_size": float(len(candidates)),
-            "rollout/return_std": float(np.std(returns)),
+            "rollout/return_std": standard_deviation(returns),
         }

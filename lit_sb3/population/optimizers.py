@@ -120,6 +120,22 @@ def resolve_optimizer(name: str, optimizer: str | type[th.optim.Optimizer]) -> t
     )
 
 
+def check_optimizer_settings(optimizer: type[th.optim.Optimizer], settings: dict[str, Any]) -> None:
+    """
+    Build the optimiser once over a stand-in parameter, so that its own checks of its settings run before any
+    environment is made.
+
+    :param optimizer: The optimiser class.
+    :param settings: Its keyword arguments besides the parameters.
+    :raises TypeError, ValueError: as the optimiser raises them, with the settings in the message.
+    """
+    try:
+        optimizer([th.zeros(1, requires_grad=True)], **settings)
+    except (TypeError, ValueError) as error:
+        given = ", ".join(f"{name}={value!r}" for name, value in settings.items())
+        raise type(error)(f"the optimizer's settings are refused: {optimizer.__name__}({given}): {error}") from None
+
+
 def step_along(optimizer: th.optim.Optimizer, parameters: Iterable[th.Tensor], ascent: np.ndarray) -> None:
     """
     One optimiser step up a search gradient.
@@ -130,6 +146,11 @@ def step_along(optimizer: th.optim.Optimizer, parameters: Iterable[th.Tensor], a
     """
     # The optimiser minimises: its gradient is the negated ascent direction.
     descent = th.as_tensor(-ascent, dtype=th.float32)
+    if not bool(th.isfinite(descent).all()):  # raised before anything moves: the round can be told again
+        raise FloatingPointError(
+            f"the search gradient does not fit in float32 (its largest component is {np.abs(ascent).max():.3g}): "
+            "returns this large need fitness shaping by rank (ranking='centered') or smaller rewards"
+        )
     offset = 0
     for parameter in parameters:
         parameter.grad = descent[offset : offset + parameter.numel()].view_as(parameter).to(parameter.device).clone()

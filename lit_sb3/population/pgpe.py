@@ -11,15 +11,15 @@ from stable_baselines3.common.type_aliases import GymEnv, Schedule
 from stable_baselines3.common.utils import update_learning_rate
 
 from lit_sb3.checks import check_scale, check_settings, check_unit_interval
-from lit_sb3.population.base import PopulationAlgorithm, checked_schedule
+from lit_sb3.population.base import PopulationAlgorithm, check_interaction_budget, checked_schedule
 from lit_sb3.population.distribution import (
     check_budget_bound,
     check_stdev_init,
     initial_stdev,
     population_size,
 )
-from lit_sb3.population.optimizers import ClipUp, resolve_optimizer, step_along
-from lit_sb3.population.ranking import Ranking, check_ranking, shape_returns
+from lit_sb3.population.optimizers import ClipUp, check_optimizer_settings, resolve_optimizer, step_along
+from lit_sb3.population.ranking import Ranking, check_ranking, shape_returns, standard_deviation
 
 #: Candidates per round unless ``popsize`` says otherwise.
 DEFAULT_POPSIZE = 16
@@ -177,7 +177,9 @@ class PGPE(PopulationAlgorithm):
         _init_setup_model: bool = True,
     ) -> None:
         resolved_pop_size = population_size(popsize, pop_size, even=True) or DEFAULT_POPSIZE
-        checked_schedule("center_learning_rate", center_learning_rate, allow_zero=True)
+        check_interaction_budget(num_interactions, popsize_max)
+        check_budget_bound(popsize_max, resolved_pop_size)
+        learning_rate = checked_schedule("center_learning_rate", center_learning_rate, allow_zero=True)
         check_scale("stdev_learning_rate", stdev_learning_rate, allow_zero=True)
         check_stdev_init(stdev_init, radius_init)
         if stdev_max_change is not None:
@@ -186,6 +188,7 @@ class PGPE(PopulationAlgorithm):
         if max_speed is not None and optimizer_class is not ClipUp:
             raise ValueError(f"max_speed is a setting of ClipUp, not of {optimizer_class.__name__}")
         kwargs = optimizer_kwargs(optimizer_class, max_speed, momentum, optimizer_config)
+        check_optimizer_settings(optimizer_class, {"lr": learning_rate(1.0), **kwargs})
         ranking_name = check_ranking(ranking)
         super().__init__(
             policy,
@@ -203,7 +206,6 @@ class PGPE(PopulationAlgorithm):
             verbose=verbose,
             device=device,
         )
-        check_budget_bound(popsize_max, resolved_pop_size)
         self.pop_size = resolved_pop_size
         self.ranking = ranking_name
         self.stdev_learning_rate = float(stdev_learning_rate)
@@ -226,12 +228,9 @@ class PGPE(PopulationAlgorithm):
         super()._setup_model()
         if self.stdev is None:
             self.stdev = initial_stdev(self.stdev_init, self.radius_init, self.n_params)
-        try:
-            self.optimizer = self.optimizer_class(  # type: ignore[call-arg]
-                self.policy.parameters(), lr=self.lr_schedule(self._current_progress_remaining), **self.optimizer_kwargs
-            )
-        except TypeError as error:
-            raise TypeError(f"optimizer_config: {error}") from None
+        self.optimizer = self.optimizer_class(  # type: ignore[call-arg]
+            self.policy.parameters(), lr=self.lr_schedule(self._current_progress_remaining), **self.optimizer_kwargs
+        )
 
     def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
         return ["policy", "optimizer"], []
@@ -279,7 +278,7 @@ class PGPE(PopulationAlgorithm):
             "train/stdev": float(new_stdev.mean()),
             "train/gradient_norm": float(np.linalg.norm(centre_gradient)),
             "train/pop_size": float(len(candidates)),
-            "rollout/return_std": float(np.std(returns)),
+            "rollout/return_std": standard_deviation(returns),
         }
         if isinstance(self.optimizer, ClipUp):
             statistics["train/speed"] = self.optimizer.speed()

@@ -44,6 +44,23 @@ def nes_utilities(values: np.ndarray) -> np.ndarray:
     return ((sums[ends] - sums[ends - counts]) / counts)[inverse]
 
 
+def unit_scaled(values: np.ndarray) -> tuple[np.ndarray, int]:
+    """
+    :param values: Finite numbers.
+    :return: ``values`` divided by the power of two ``2**exponent`` that brings the largest magnitude into
+        [0.5, 1), and ``exponent``: the division is exact (no rounding), and sums and squares of the scaled values
+        cannot overflow. What does not depend on the scale of the returns is computed on them.
+    """
+    _, exponent = np.frexp(np.abs(values).max(initial=0.0))
+    return np.ldexp(values, -exponent), int(exponent)
+
+
+def standard_deviation(values: np.ndarray, ddof: int = 0) -> float:
+    """:return: ``numpy.std(values, ddof=ddof)``, taken on :func:`unit_scaled` values: finite for any finite ones."""
+    scaled, exponent = unit_scaled(values)
+    return float(np.ldexp(np.std(scaled, ddof=ddof), exponent))
+
+
 def shape_returns(returns: np.ndarray, ranking: Ranking) -> np.ndarray:
     """
     :param returns: One return per candidate (at least two).
@@ -60,8 +77,9 @@ def shape_returns(returns: np.ndarray, ranking: Ranking) -> np.ndarray:
     if ranking == "nes":
         return nes_utilities(returns)
     if ranking == "normalized":
-        std = returns.std(ddof=1)
-        return (returns - returns.mean()) / std if std > 0.0 else np.zeros_like(returns)
+        scaled, _ = unit_scaled(returns)
+        std = scaled.std(ddof=1)
+        return (scaled - scaled.mean()) / std if std > 0.0 else np.zeros_like(returns)
     return returns.astype(np.float64, copy=True)
 
 
@@ -76,6 +94,6 @@ def check_ranking(ranking: object) -> Ranking:
         return "centered"
     if ranking is False or ranking is None:
         return "raw"
-    if ranking not in RANKINGS:
+    if not isinstance(ranking, str) or ranking not in RANKINGS:
         raise ValueError(f"ranking must be one of {', '.join(map(repr, RANKINGS))} (or a bool), got {ranking!r}")
     return ranking

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch as th
 
-from lit_sb3.population import ARS, CMAES, ES, PGPE, PopulationAlgorithm
+from lit_sb3.population import ARS, CMAES, ES, PGPE, SNES, XNES, PopulationAlgorithm
 from lit_sb3.population.es import centered_ranks
 from population.helpers import ALGORITHMS, make_model
 
@@ -116,3 +116,48 @@ def test_ars_steps_along_the_top_directions_scaled_by_the_std_of_their_returns(d
     step = 0.5 / (2 * np.std([1.0, 4.0, 5.0, 2.0], ddof=ddof))
     expected = centre + step * (differences @ directions[[1, 0]])
     np.testing.assert_allclose(model.policy.parameters_to_vector(), expected, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_tell_takes_any_iterable_of_numbers_and_names_a_ragged_one(algorithm):
+    model = make_model(algorithm)
+    pop_size = len(model.ask())
+    with pytest.raises(ValueError, match=rf"returns must have one number per candidate, shape \({pop_size},\)"):
+        model.tell([[1.0, 2.0], *range(pop_size - 1)])
+    assert model.tell(float(value) for value in range(pop_size))  # a generator
+    assert model._n_updates == 1
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "kwargs"),
+    [
+        (ARS, {}),
+        (ARS, {"return_std_ddof": 1}),
+        (PGPE, {"ranking": "normalized"}),
+        *((algorithm, {"ranking": ranking}) for algorithm in (SNES, XNES) for ranking in ("raw", "normalized")),
+    ],
+)
+def test_updates_that_do_not_depend_on_the_returns_scale_take_returns_of_any_size(algorithm, kwargs):
+    """Returns of 1e301 give the update of the same returns at 1e0, bit for bit (their squares would overflow)."""
+    models = [make_model(algorithm, **kwargs) for _ in range(2)]
+    pop_sizes = {len(model.ask()) for model in models}
+    returns = np.random.default_rng(0).normal(size=pop_sizes.pop())
+    statistics = [model.tell(returns * scale) for model, scale in zip(models, (1.0, 2.0**1000), strict=True)]
+    weights = [model.policy.parameters_to_vector() for model in models]
+    assert np.all(np.isfinite(weights[1])) and not np.array_equal(
+        weights[1], make_model(algorithm).policy.parameters_to_vector()
+    )
+    np.testing.assert_array_equal(*weights)
+    if algorithm is ARS:
+        assert statistics[1]["train/step_size"] == statistics[0]["train/step_size"] * 2.0**-1000
+
+
+def test_a_search_gradient_too_large_for_float32_is_refused_before_anything_moves():
+    model = make_model(PGPE, ranking="raw")  # the step of SGD or Adam follows the returns' scale
+    returns = np.random.default_rng(0).normal(size=len(model.ask()))
+    weights_before, stdev_before = model.policy.parameters_to_vector(), model.stdev.copy()
+    with pytest.raises(FloatingPointError, match=r"the search gradient does not fit in float32 .*ranking='centered'"):
+        model.tell(returns * 1e45)
+    np.testing.assert_array_equal(model.policy.parameters_to_vector(), weights_before)
+    np.testing.assert_array_equal(model.stdev, stdev_before)
+    assert model.tell(returns * 1e30)["train/speed"] > 0.0  # the same population, told again

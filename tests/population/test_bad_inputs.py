@@ -111,6 +111,9 @@ def test_unsupported_spaces(algorithm, observation_space, action_space, message)
         (XNES, {"shape_learning_rate": -0.1}, "shape_learning_rate must be finite and >= 0, got -0.1"),
         (XNES, {"center_learning_rate": float("inf")}, "center_learning_rate must be finite and >= 0, got inf"),
         (XNES, {"ranking": 3}, "ranking must be one of"),
+        (PGPE, {"ranking": np.array(["nes"])}, r"ranking must be one of .* got array\(\['nes'\]"),
+        (PGPE, {"popsize": 0}, r"popsize must be an even int \(antithetic pairs\) >= 2, got 0"),
+        (ES, {"pop_size": -2}, r"pop_size must be an even int \(antithetic pairs\) >= 2, got -2"),
     ],
 )
 def test_bad_hyper_parameters(algorithm, kwargs, message):
@@ -156,12 +159,32 @@ def test_settings_that_are_no_dict_by_name(algorithm, name, settings):
         make_model(algorithm, **{name: settings})
 
 
-def test_a_setting_a_torch_optimizer_does_not_take():
-    with pytest.raises(TypeError, match=r"optimizer_config: .*unexpected keyword argument 'max_sped'"):
-        make_model(PGPE, optimizer=th.optim.RMSprop, optimizer_config={"max_sped": 0.1})
-    # Named before anything is built (the torch optimiser is made once the env and policy are).
-    with pytest.raises(TypeError, match=r"optimizer_kwargs do not fit Adam: .*unexpected keyword argument 'max_speed'"):
-        ES("LinearPolicy", None, optimizer_kwargs={"max_speed": 0.1}, _init_setup_model=False)
+@pytest.mark.parametrize(
+    ("algorithm", "kwargs", "error", "message"),
+    [
+        (
+            PGPE,
+            {"optimizer": th.optim.RMSprop, "optimizer_config": {"max_sped": 0.1}},
+            TypeError,
+            r"RMSprop\(.*max_sped",
+        ),
+        (ES, {"optimizer_kwargs": {"max_speed": 0.1}}, TypeError, r"Adam\(lr=0.1, .*max_speed=0.1\): .*'max_speed'"),
+        (PGPE, {"optimizer": "adam", "optimizer_config": {"beta1": 1.5, "beta2": 0.9}}, ValueError, "betas=.1.5"),
+        (PGPE, {"optimizer": "sgd", "momentum": -0.5}, ValueError, r"SGD\(lr=0.075, momentum=-0.5\): .*momentum"),
+        (PGPE, {"optimizer": "sgd", "momentum": "0.9"}, TypeError, "SGD.*momentum='0.9'"),
+        (PGPE, {"max_speed": -1.0}, ValueError, r"ClipUp\(lr=0.075, max_speed=-1.0\): max_speed must be finite"),
+        (ES, {"optimizer_kwargs": {"betas": (1.5, 0.9)}}, ValueError, "Invalid beta parameter"),
+    ],
+)
+def test_optimizer_settings_are_checked_by_the_optimizer_before_anything_is_built(algorithm, kwargs, error, message):
+    # No environment: the settings are refused before the model needs one.
+    with pytest.raises(error, match=f"the optimizer's settings are refused: .*{message}"):
+        algorithm("LinearPolicy", None, **kwargs, _init_setup_model=False)
+
+
+def test_a_model_built_without_an_environment_says_it_needs_one():
+    with pytest.raises(ValueError, match="env is None: the policy is built for the environment's observation and"):
+        PGPE("LinearPolicy", None)
 
 
 def test_numpy_scalars_are_numbers():
