@@ -683,6 +683,7 @@ BAD_FILES = {
     "ppo_buffer.yml": "max_episodes_in_buffer: 0\n",
     "td3_noise.yml": "noise_type: pink\nnoise_std: 0.1\n",
     "not_a_model.zip": "plain text",
+    "typed.yml": "n_delta: '4'\n",
 }
 
 TRAIN = ["train", "ars", "CartPole-v1", "--workers", "0", "--total-timesteps", "100"]
@@ -705,6 +706,11 @@ USER_ERRORS = [
     ([*TRAIN, "--hyperparams", "code.yml"], "policy_kwargs: cannot read"),
     ([*TRAIN, "--hyperparams", "list.yml"], "list.yml must hold a mapping"),
     ([*TRAIN, "--workers", "-1"], "--workers must be 0 (this process) or more"),
+    # A value of the wrong type is named alone (the known hyper-parameters are listed for an unknown one).
+    (
+        [*TRAIN, "--hyperparams", "typed.yml"],
+        "bad hyper-parameters for ARS: n_delta must be an int, got <class 'str'>\n",
+    ),
     ([*TRAIN, "--save", "bad.yml/model"], "--save: the outputs cannot go to 'bad.yml': 'bad.yml' is not a folder"),
     ([*TRAIN, "--total-timesteps", "0"], "--total-timesteps must be at least 1"),
     ([*TRAIN, "--policy", "CnnPolicy"], "--policy must be LinearPolicy or MlpPolicy for ARS, got 'CnnPolicy'"),
@@ -834,5 +840,9 @@ def test_usage_errors_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert status == 2 and err.count("\n") == 1
     assert err.startswith("lit-sb3 train: error: argument --workers: invalid int value: 'two'")
     assert err.endswith("(see lit-sb3 train --help)\n")
+    for command in (["train", "ars", "CartPole-v1"], ["evaluate", "model.zip", "CartPole-v1"]):
+        status, _, err = call(capsys, *command, "--seed", "-1")
+        assert status == 2 and err.count("\n") == 1
+        assert err.startswith(f"lit-sb3 {command[0]}: error: argument --seed: must be in [0, 2**32 - 1], got -1")
     status, _, err = call(capsys, "fly")
     assert status == 2 and err.count("\n") == 1 and "invalid choice: 'fly'" in err

@@ -32,6 +32,21 @@ class ExampleFormatter(argparse.RawDescriptionHelpFormatter):
     """Keeps the examples of an epilog as written."""
 
 
+def seed_value(text: str) -> int:
+    """
+    :param text: A ``--seed`` option's value.
+    :return: The seed: an int in [0, 2**32 - 1], the range of numpy's and Gymnasium's seeds.
+    :raises argparse.ArgumentTypeError: for anything else (a usage error naming the option).
+    """
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an int, got {text!r}") from None
+    if not 0 <= value < 2**32:
+        raise argparse.ArgumentTypeError(f"must be in [0, 2**32 - 1], got {value}")
+    return value
+
+
 def check_env_id(env_id: str) -> None:
     """
     :param env_id: A gymnasium environment id, possibly ``module:id`` as ``gymnasium.make`` takes it (the module

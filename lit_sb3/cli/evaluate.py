@@ -30,6 +30,7 @@ from lit_sb3.cli.common import (
     check_env_id,
     print_table,
     require_module,
+    seed_value,
 )
 
 POPULATION_POLICIES = {"linear": LinearPolicy, "mlp": MlpPolicy}
@@ -50,7 +51,7 @@ examples:
   lit-sb3 evaluate runs/ars_cartpole.zip CartPole-v1 --episodes 2 --render-video videos/
   lit-sb3 evaluate --random-population Pendulum-v1 --pop-size 64 --workers 2
 
-A saved model (of lit-sb3 train, of ARS/ES/CEM/CMAES.save, or of any Stable-Baselines3 algorithm's save, with
+A saved model (of lit-sb3 train, of any lit_sb3 optimiser's save, or of any Stable-Baselines3 algorithm's save, with
 or without async collection) runs in this process with its saved observation statistics (in the model, or in
 PATH.vecnormalize.pkl beside it, as lit-sb3 train writes them for a gradient agent); --render-video records
 every episode with gymnasium's RecordVideo (pip install "lit_sb3[video]").
@@ -72,7 +73,7 @@ def add_parser(commands: Any) -> None:
     parser.add_argument(
         "--episodes", type=int, default=None, help="episodes (default 10; per candidate with --random-population: 3)"
     )
-    parser.add_argument("--seed", type=int, default=0, help="seed of the episodes (default: %(default)s)")
+    parser.add_argument("--seed", type=seed_value, default=0, help="seed of the episodes (default: %(default)s)")
     parser.add_argument("--render-video", metavar="DIR", default=None, help="record every episode as MP4 in DIR")
     population = parser.add_argument_group(
         "random population", "lit-sb3 evaluate --random-population [ENV_ID] (default ENV_ID: CartPole-v1)"

@@ -21,6 +21,7 @@ from lit_sb3.cli.common import (
     check_env_id,
     make_env,
     require_module,
+    seed_value,
 )
 from lit_sb3.cli.gradient import GRADIENT_ALGORITHMS, injected_class, make_action_noise, make_multi_env
 from lit_sb3.cli.hyperparams import Hyperparams, algorithm_arguments, load_hyperparams, tuned_env_ids, tuned_file
@@ -103,7 +104,7 @@ def add_parser(commands: Any) -> None:
         default=None,
         help=f"env steps to train for (default: the file's n_timesteps, else {DEFAULT_TIMESTEPS})",
     )
-    parser.add_argument("--seed", type=int, default=0, help="seed of the run (default: %(default)s)")
+    parser.add_argument("--seed", type=seed_value, default=0, help="seed of the run (default: %(default)s)")
     parser.add_argument(
         "--n-eval-episodes",
         type=int,
@@ -377,8 +378,9 @@ def _build_model(
         return algo_class(policy, env, seed=args.seed, tensorboard_log=args.tensorboard_log, **algo_kwargs)
     except TypeError as error:
         env.close()
-        known = ", ".join(algorithm_arguments(algo_class))
-        raise CliError(f"bad hyper-parameters for {algo_class.__name__}: {error} (known: {known})") from None
+        # Only an unknown keyword needs the list of the known ones; a value of the wrong type is named in the error.
+        known = f" (known: {', '.join(algorithm_arguments(algo_class))})" if "keyword argument" in str(error) else ""
+        raise CliError(f"bad hyper-parameters for {algo_class.__name__}: {error}{known}") from None
     except ValueError as error:
         env.close()
         raise CliError(f"bad hyper-parameters for {algo_class.__name__}: {error}") from None
