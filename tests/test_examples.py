@@ -17,7 +17,7 @@ from stable_baselines3 import PPO
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import VecNormalize
 
-from lit_sb3 import ARS, CEM, CMAES, ES
+from lit_sb3 import ARS, CEM, CMAES, ES, PGPE
 
 EXAMPLES_DIR = pathlib.Path(__file__).resolve().parent.parent / "examples"
 #: Pendulum's reward is at least -(pi^2 + 0.1 * 8^2 + 0.001 * 2^2) per step, 200 steps an episode.
@@ -29,6 +29,7 @@ ARGUMENTS = {
     "cem_cartpole": ["--total-timesteps", "1500", "--pop-size", "8"],
     "cmaes_swimmer": ["--total-timesteps", "1", "--pop-size", "4"],
     "ars_halfcheetah": ["--total-timesteps", "1", "--n-delta", "2"],
+    "pgpe_walker2d": ["--total-timesteps", "1", "--popsize", "4", "--num-interactions", "400"],
     "ask_tell_cmaes": ["--rounds", "15"],
     "async_ppo_cartpole": [
         *["--total-timesteps", "256", "--n-envs", "2", "--workers", "2", "--n-steps", "128", "--batch-size", "64"],
@@ -157,6 +158,20 @@ def test_ars_halfcheetah_keeps_its_observation_statistics(runs: dict[str, Run]) 
     assert np.all(env.obs_rms.var > 0)
     env.close()
     assert np.isfinite(final_return(run, "HalfCheetah-v5"))
+
+
+def test_pgpe_walker2d_grows_its_round_to_the_interaction_budget(runs: dict[str, Run]) -> None:
+    run = finished(runs, "pgpe_walker2d")
+    [row] = progress(run)
+    # Batches of 4 candidates until their episodes took 400 env steps: more than one batch while the walker falls.
+    assert row["time/total_timesteps"] >= 400 and row["train/pop_size"] % 4 == 0 and row["train/pop_size"] >= 4
+    env = VecNormalize(make_vec_env("Walker2d-v5"), norm_reward=False)
+    model = PGPE.load(run.output_dir / "model.zip", env=env)
+    assert model.n_params == (17 + 1) * 6  # a linear map with bias
+    assert model.num_interactions == 400 and model.alive_bonus_offset == -1.0
+    assert env.obs_rms.count >= row["time/total_timesteps"]  # every candidate's observations, merged once
+    env.close()
+    assert np.isfinite(final_return(run, "Walker2d-v5"))
 
 
 def test_ask_tell_cmaes_approaches_the_known_optimum(runs: dict[str, Run]) -> None:
