@@ -684,6 +684,7 @@ BAD_FILES = {
     "td3_noise.yml": "noise_type: pink\nnoise_std: 0.1\n",
     "not_a_model.zip": "plain text",
     "typed.yml": "n_delta: '4'\n",
+    "es_kwargs.yml": 'optimizer_kwargs: "dict(max_speed=0.1)"\n',
 }
 
 TRAIN = ["train", "ars", "CartPole-v1", "--workers", "0", "--total-timesteps", "100"]
@@ -710,6 +711,11 @@ USER_ERRORS = [
     (
         [*TRAIN, "--hyperparams", "typed.yml"],
         "bad hyper-parameters for ARS: n_delta must be an int, got <class 'str'>\n",
+    ),
+    # A keyword of the optimiser's is named by its own error, and not listed among the algorithm's.
+    (
+        ["train", "es", "CartPole-v1", "--workers", "0", "--hyperparams", "es_kwargs.yml"],
+        "max_speed=0.1): Adam.__init__() got an unexpected keyword argument 'max_speed'\n",
     ),
     ([*TRAIN, "--save", "bad.yml/model"], "--save: the outputs cannot go to 'bad.yml': 'bad.yml' is not a folder"),
     ([*TRAIN, "--total-timesteps", "0"], "--total-timesteps must be at least 1"),

@@ -378,8 +378,10 @@ def _build_model(
         return algo_class(policy, env, seed=args.seed, tensorboard_log=args.tensorboard_log, **algo_kwargs)
     except TypeError as error:
         env.close()
-        # Only an unknown keyword needs the list of the known ones; a value of the wrong type is named in the error.
-        known = f" (known: {', '.join(algorithm_arguments(algo_class))})" if "keyword argument" in str(error) else ""
+        # Only a keyword the algorithm does not take needs the list of those it does (not a value of the wrong type,
+        # nor a keyword of the policy's or the optimiser's, which the error names).
+        unknown = f"{algo_class.__name__}.__init__() got an unexpected keyword argument" in str(error)
+        known = f" (known: {', '.join(algorithm_arguments(algo_class))})" if unknown else ""
         raise CliError(f"bad hyper-parameters for {algo_class.__name__}: {error}{known}") from None
     except ValueError as error:
         env.close()

@@ -8,7 +8,7 @@ import sys
 import time
 import warnings
 from abc import abstractmethod
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping, Set, ValuesView
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar, cast
 
@@ -78,12 +78,14 @@ def checked_schedule(name: str, value: float | Schedule, *, allow_zero: bool = F
 
 
 def _one_per_candidate(name: str, values: Iterable[float] | np.ndarray | th.Tensor, pop_size: int) -> np.ndarray:
-    """:return: ``values`` (an array, a tensor or any iterable) as a float64 array, checked to hold one number per
-    candidate."""
+    """:return: ``values`` (an array, a tensor, a sequence or an iterator) as a float64 array, checked to hold one
+    number per candidate."""
+    if isinstance(values, Mapping | Set):  # a dict's keys, or no order at all
+        raise TypeError(f"{name} must be numbers in the order of ask()'s rows, got a {type(values).__name__}")
     if isinstance(values, th.Tensor):
         values = values.detach().cpu()
-    elif not isinstance(values, np.ndarray | str) and isinstance(values, Iterable):
-        values = list(values)  # a generator, a dict's values
+    elif isinstance(values, Iterator | ValuesView):  # a generator, a dict's values
+        values = list(values)
     try:
         array = np.asarray(values)
     except ValueError as error:  # nested sequences of different lengths
@@ -467,9 +469,10 @@ class PopulationAlgorithm(BaseAlgorithm):
             )
         else:
             counts = _one_per_candidate("interactions", interactions, pop_size)
-            # An evaluation takes one env step at least: rounds told zeros would grow for ever.
-            if not (np.all(np.isfinite(counts) & (counts >= 1)) and np.array_equal(counts, np.round(counts))):
-                raise ValueError(f"interactions must be whole numbers of env steps, at least 1, got {counts.tolist()}")
+            if not (np.all(np.isfinite(counts) & (counts >= 0)) and np.array_equal(counts, np.round(counts))):
+                raise ValueError(f"interactions must be non-negative whole numbers, got {counts.tolist()}")
+            if counts.sum() == 0:  # a round told batches of no env steps would grow for ever
+                raise ValueError("interactions are all zero: a batch's candidates take one env step at least")
             steps = int(counts.sum())
         return self._tell(values, steps, [])
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import inspect
 import math
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -122,18 +124,24 @@ def resolve_optimizer(name: str, optimizer: str | type[th.optim.Optimizer]) -> t
 
 def check_optimizer_settings(optimizer: type[th.optim.Optimizer], settings: dict[str, Any]) -> None:
     """
-    Build the optimiser once over a stand-in parameter, so that its own checks of its settings run before any
-    environment is made.
+    Check an optimiser's settings before any environment is made: Adam, SGD and ClipUp are built once over a
+    stand-in parameter, so that their own checks of the values run; another class (which may need parameters of its
+    own shapes) has its keywords matched to its signature.
 
     :param optimizer: The optimiser class.
     :param settings: Its keyword arguments besides the parameters.
-    :raises TypeError, ValueError: as the optimiser raises them, with the settings in the message.
+    :raises TypeError: for a setting the optimiser does not take, or a value of the wrong type.
+    :raises ValueError: for a value the optimiser refuses.
     """
     try:
-        optimizer([th.zeros(1, requires_grad=True)], **settings)
+        if optimizer in OPTIMIZERS.values():
+            optimizer([th.zeros(1, requires_grad=True)], **settings)
+        else:
+            inspect.signature(optimizer).bind(None, **settings)
     except (TypeError, ValueError) as error:
         given = ", ".join(f"{name}={value!r}" for name, value in settings.items())
-        raise type(error)(f"the optimizer's settings are refused: {optimizer.__name__}({given}): {error}") from None
+        message = f"the optimizer's settings are refused: {optimizer.__name__}({given}): {error}"
+        raise (TypeError if isinstance(error, TypeError) else ValueError)(message) from error
 
 
 def step_along(optimizer: th.optim.Optimizer, parameters: Iterable[th.Tensor], ascent: np.ndarray) -> None:
@@ -143,16 +151,29 @@ def step_along(optimizer: th.optim.Optimizer, parameters: Iterable[th.Tensor], a
     :param optimizer: A torch optimiser over ``parameters``.
     :param parameters: The parameters, in the order of the flat vector ``ascent``.
     :param ascent: The direction of steepest ascent (the estimated search gradient), flat.
+    :raises FloatingPointError: if the step would leave a value that is not finite in the parameters or in the
+        optimiser's state (a gradient beyond float32, or whose square is, in Adam's second moment): nothing is
+        changed then, and the same gradient is refused again.
     """
+    parameters = list(parameters)
+    state_before = copy.deepcopy(optimizer.state_dict())
+    values_before = [parameter.detach().clone() for parameter in parameters]
     # The optimiser minimises: its gradient is the negated ascent direction.
     descent = th.as_tensor(-ascent, dtype=th.float32)
-    if not bool(th.isfinite(descent).all()):  # raised before anything moves: the round can be told again
-        raise FloatingPointError(
-            f"the search gradient does not fit in float32 (its largest component is {np.abs(ascent).max():.3g}): "
-            "returns this large need fitness shaping by rank (ranking='centered') or smaller rewards"
-        )
     offset = 0
     for parameter in parameters:
         parameter.grad = descent[offset : offset + parameter.numel()].view_as(parameter).to(parameter.device).clone()
         offset += parameter.numel()
     optimizer.step()
+    state = [value for values in optimizer.state.values() for value in values.values() if isinstance(value, th.Tensor)]
+    if all(bool(th.isfinite(tensor).all()) for tensor in [*parameters, *state]):
+        return
+    with th.no_grad():
+        for parameter, value in zip(parameters, values_before, strict=True):
+            parameter.copy_(value)
+    optimizer.load_state_dict(state_before)
+    raise FloatingPointError(
+        f"the {type(optimizer).__name__} step along a search gradient of largest component "
+        f"{np.abs(ascent).max():.3g} is not finite in float32, and was not taken: returns this large need fitness "
+        "shaping by rank (ranking='centered') or smaller rewards"
+    )

@@ -48,15 +48,16 @@ def unit_scaled(values: np.ndarray) -> tuple[np.ndarray, int]:
     """
     :param values: Finite numbers.
     :return: ``values`` divided by the power of two ``2**exponent`` that brings the largest magnitude into
-        [0.5, 1), and ``exponent``: the division is exact (no rounding), and sums and squares of the scaled values
-        cannot overflow. What does not depend on the scale of the returns is computed on them.
+        [0.5, 1), and ``exponent``: the division is exact (no rounding, unless a value falls below 2**-1022 on the
+        way), and sums and squares of the scaled values cannot overflow. What does not depend on the scale of the
+        returns is computed on them, and gives the same bits as on the returns themselves.
     """
     _, exponent = np.frexp(np.abs(values).max(initial=0.0))
     return np.ldexp(values, -exponent), int(exponent)
 
 
 def standard_deviation(values: np.ndarray, ddof: int = 0) -> float:
-    """:return: ``numpy.std(values, ddof=ddof)``, taken on :func:`unit_scaled` values: finite for any finite ones."""
+    """:return: ``numpy.std(values, ddof=ddof)``, taken on :func:`unit_scaled` values: no square overflows."""
     scaled, exponent = unit_scaled(values)
     return float(np.ldexp(np.std(scaled, ddof=ddof), exponent))
 

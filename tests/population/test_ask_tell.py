@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch as th
 
-from lit_sb3.population import ARS, CMAES, ES, PGPE, SNES, XNES, PopulationAlgorithm
+from lit_sb3.population import ARS, CEM, CMAES, ES, PGPE, SNES, XNES, PopulationAlgorithm
 from lit_sb3.population.es import centered_ranks
 from population.helpers import ALGORITHMS, make_model
 
@@ -138,7 +140,7 @@ def test_tell_takes_any_iterable_of_numbers_and_names_a_ragged_one(algorithm):
     ],
 )
 def test_updates_that_do_not_depend_on_the_returns_scale_take_returns_of_any_size(algorithm, kwargs):
-    """Returns of 1e301 give the update of the same returns at 1e0, bit for bit (their squares would overflow)."""
+    """Returns 2**1000 (about 1e301) times larger give the same update, bit for bit (their squares would overflow)."""
     models = [make_model(algorithm, **kwargs) for _ in range(2)]
     pop_sizes = {len(model.ask()) for model in models}
     returns = np.random.default_rng(0).normal(size=pop_sizes.pop())
@@ -152,12 +154,40 @@ def test_updates_that_do_not_depend_on_the_returns_scale_take_returns_of_any_siz
         assert statistics[1]["train/step_size"] == statistics[0]["train/step_size"] * 2.0**-1000
 
 
-def test_a_search_gradient_too_large_for_float32_is_refused_before_anything_moves():
-    model = make_model(PGPE, ranking="raw")  # the step of SGD or Adam follows the returns' scale
+@pytest.mark.parametrize(
+    ("optimizer", "scale"),
+    [("clipup", 1e45), ("adam", 1e25), ("sgd", 1e45)],  # Adam keeps the gradient's square: 1e25 overflows it
+)
+def test_a_step_that_is_not_finite_in_float32_is_refused_and_nothing_moves(optimizer, scale):
+    # With raw returns the search gradient follows their scale (ClipUp's step does not, but its input is float32).
+    model = make_model(PGPE, ranking="raw", optimizer=optimizer)
     returns = np.random.default_rng(0).normal(size=len(model.ask()))
     weights_before, stdev_before = model.policy.parameters_to_vector(), model.stdev.copy()
-    with pytest.raises(FloatingPointError, match=r"the search gradient does not fit in float32 .*ranking='centered'"):
-        model.tell(returns * 1e45)
+    state_before = copy.deepcopy(model.optimizer.state_dict())
+    with pytest.raises(FloatingPointError, match=r"step along a search gradient .*\(ranking='centered'\)"):
+        model.tell(returns * scale)
     np.testing.assert_array_equal(model.policy.parameters_to_vector(), weights_before)
     np.testing.assert_array_equal(model.stdev, stdev_before)
-    assert model.tell(returns * 1e30)["train/speed"] > 0.0  # the same population, told again
+    assert str(model.optimizer.state_dict()) == str(state_before)
+    model.tell(returns)  # the same population, told again
+    assert np.all(np.isfinite(model.policy.parameters_to_vector()))
+    assert not np.array_equal(model.policy.parameters_to_vector(), weights_before)
+
+
+def test_tell_refuses_returns_without_the_order_of_the_candidates():
+    model = make_model(CEM)
+    pop_size = len(model.ask())
+    with pytest.raises(TypeError, match="returns must be numbers in the order of ask\\(\\)'s rows, got a dict"):
+        model.tell({index: float(index) for index in range(pop_size)})
+    with pytest.raises(TypeError, match="got a set"):
+        model.tell({float(index) for index in range(pop_size)})
+    assert model.tell({index: float(index) for index in range(pop_size)}.values())
+
+
+def test_an_optimizer_class_of_the_users_is_matched_to_its_signature_and_built_on_the_policy():
+    """Muon takes 2-D parameters only: it is built on the policy's, not on a stand-in."""
+    model = make_model(PGPE, env="Pendulum-v1", optimizer=th.optim.Muon)  # one (1, 3) weight matrix
+    model.tell(np.arange(float(len(model.ask()))))
+    assert isinstance(model.optimizer, th.optim.Muon) and model._n_updates == 1
+    with pytest.raises(TypeError, match=r"the optimizer's settings are refused: Muon\(.*foo=1\)"):
+        make_model(PGPE, env=None, optimizer=th.optim.Muon, optimizer_config={"foo": 1}, _init_setup_model=False)

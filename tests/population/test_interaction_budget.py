@@ -80,9 +80,11 @@ def test_ask_tell_with_a_budget_takes_each_batchs_interactions():
         model.tell(np.arange(8.0))
     with pytest.raises(ValueError, match=r"interactions must have one value per candidate, shape \(8,\)"):
         model.tell(np.arange(8.0), [10] * 7)
-    for counts in ([10.5] * 8, [np.inf] * 8, [10] * 7 + [0]):  # zero steps: a round told them would never end
-        with pytest.raises(ValueError, match="interactions must be whole numbers of env steps, at least 1"):
+    for counts in ([10.5] * 8, [np.inf] * 8, [10] * 7 + [-1]):
+        with pytest.raises(ValueError, match="interactions must be non-negative whole numbers"):
             model.tell(np.arange(8.0), counts)
+    with pytest.raises(ValueError, match="interactions are all zero"):  # a round told them would never end
+        model.tell(np.arange(8.0), [0] * 8)
     assert model.tell(np.arange(8.0), [10] * 8) == {}  # 80 steps: the round goes on, nothing is updated
     np.testing.assert_array_equal(model.policy.parameters_to_vector(), weights_before)
     second = model.ask()
