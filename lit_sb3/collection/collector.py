@@ -37,6 +37,19 @@ LAG_WINDOW = 10_000
 WORKER_PRELOAD = (EpisodeWorker.__module__,)
 
 
+def check_worker_count(n_workers: int, n_envs: int) -> None:
+    """
+    :param n_workers: Collection workers asked for.
+    :param n_envs: Environments they share out.
+    :raises ValueError: if some workers would have no environment to step.
+    """
+    if n_workers > n_envs:
+        raise ValueError(
+            f"n_workers={n_workers} is more than the {n_envs} environments to collect from: each worker steps one at "
+            f"least (give n_workers <= {n_envs}, or more environments)"
+        )
+
+
 class AsyncCollector:
     """
     Streams complete episodes from a pool of :class:`~lit_sb3.collection.episode_worker.EpisodeWorker` s, one task
@@ -97,6 +110,7 @@ class AsyncCollector:
         if self.statistics is not None:  # every step of every episode acts on normalised observations
             progress = dataclasses.replace(progress, obs_rms=self.statistics.observation_statistics())
         n_envs = len(env_fns)
+        check_worker_count(n_workers, n_envs)
         self.budget = (
             None
             if self.lockstep

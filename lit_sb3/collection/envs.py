@@ -32,7 +32,7 @@ from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices
 from stable_baselines3.common.vec_env.stacked_observations import StackedObservations
 
 from lit_sb3.collection.observations import select
-from lit_sb3.envs.multi_env import EnvFactory, FactoryVecEnv, IndexableMultiEnv
+from lit_sb3.envs.multi_env import EnvFactory, FactoryVecEnv, IndexableMultiEnv, check_same_spaces
 
 _shared: weakref.WeakValueDictionary[int, gym.Env] = weakref.WeakValueDictionary()
 _shared_keys = itertools.count()
@@ -111,6 +111,7 @@ def collection_env_fns(env: VecEnv, *, in_process: bool) -> list[EnvFactory]:
     """
     base, wrappers = _peeled(env.venv if isinstance(env, VecNormalize) else env)
     sub_envs, env_fns = _environments(base)
+    check_same_spaces(sub_envs)
     factories: list[EnvFactory]
     if in_process:
         factories = [SharedEnv(sub_env) for sub_env in sub_envs]

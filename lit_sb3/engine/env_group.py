@@ -10,7 +10,7 @@ from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecNormalize
 
 from lit_sb3.checks import check_non_negative_int, check_positive_int
-from lit_sb3.collection import AsyncCollector, CollectionPlan, Progress
+from lit_sb3.collection import AsyncCollector, CollectionPlan, Progress, check_worker_count
 from lit_sb3.envs.multi_env import FactoryVecEnv
 from lit_sb3.vec_env.async_eval import AsyncEval
 from lit_sb3.workers.choice import BackendChoice
@@ -24,8 +24,8 @@ class EnvGroup:
     :param backend: ``"processes"`` (local worker processes), ``"threads"`` (worker threads of this process) or
         ``"ray"`` (one Ray actor per worker, on the Ray instance this process is connected to, else a local one;
         ``pip install lit_sb3[ray]``).
-    :param n_workers: Number of collection workers; by default one process (or actor) per core but one, which the
-        trainer keeps (at most one per environment), or one thread.
+    :param n_workers: Number of collection workers, at most one per environment; by default one process (or actor)
+        per core but one, which the trainer keeps, or one thread.
     :param max_episodes_in_buffer: Most finished episodes buffered at once across the workers.
     :param max_restarts: Dead workers replaced before the run fails.
     :param eval_env_fn: Factory of the evaluation environment; by default ``env_fns[0]``.
@@ -53,6 +53,7 @@ class EnvGroup:
         self.workers = BackendChoice.parse(backend, ray_address=ray_address, worker_resources=worker_resources)
         if n_workers is not None:
             check_positive_int("n_workers", n_workers)
+            check_worker_count(n_workers, len(self.env.env_fns))
         check_positive_int("max_episodes_in_buffer", max_episodes_in_buffer)
         check_positive_int("n_eval_workers", n_eval_workers)
         check_non_negative_int("max_restarts", max_restarts)

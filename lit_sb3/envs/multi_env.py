@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 
 import gymnasium as gym
@@ -29,6 +30,10 @@ def check_env_fns(env_fns: Sequence[EnvFactory]) -> list[EnvFactory]:
     return list(env_fns)
 
 
+def _given(env: gym.Env) -> gym.Env:
+    return env
+
+
 def _built(env_fn: EnvFactory, index: int) -> gym.Env:
     env = env_fn()
     if not isinstance(env, gym.Env):
@@ -37,6 +42,22 @@ def _built(env_fn: EnvFactory, index: int) -> gym.Env:
             "(a factory returning a VecEnv or a list of environments is not supported)"
         )
     return env
+
+
+def check_same_spaces(envs: Sequence[gym.Env]) -> None:
+    """
+    :param envs: The environments of one agent.
+    :raises ValueError: if one has other observation or action spaces than the first (its policy would act on it
+        with the first one's: another shape fails in a worker, other bounds go unnoticed).
+    """
+    first = envs[0]
+    for index, env in enumerate(envs[1:], start=1):
+        if env.observation_space != first.observation_space or env.action_space != first.action_space:
+            raise ValueError(
+                f"environment {index} has other spaces (observation {env.observation_space}, action "
+                f"{env.action_space}) than environment 0 (observation {first.observation_space}, action "
+                f"{first.action_space}): the environments of an agent must all have the same spaces"
+            )
 
 
 class FactoryVecEnv(DummyVecEnv):
@@ -51,7 +72,9 @@ class FactoryVecEnv(DummyVecEnv):
 
     def __init__(self, env_fns: Sequence[EnvFactory]) -> None:
         self.env_fns = check_env_fns(env_fns)
-        super().__init__(self.env_fns)
+        built = [_built(env_fn, index) for index, env_fn in enumerate(self.env_fns)]
+        check_same_spaces(built)
+        super().__init__([functools.partial(_given, env) for env in built])
 
 
 class IndexableMultiEnv(DummyVecEnv):
@@ -76,6 +99,7 @@ class IndexableMultiEnv(DummyVecEnv):
         if stub_env is not None and not isinstance(stub_env, gym.Env):
             raise TypeError(f"stub_env must be a gymnasium Env, got {type(stub_env)!r}")
         self.environments = [_built(env_fn, index) for index, env_fn in enumerate(self.env_fns)]
+        check_same_spaces(self.environments)
         stepped = self.environments[0] if stub_env is None else stub_env
         super().__init__([lambda: stepped])
 

@@ -24,7 +24,7 @@ from stable_baselines3.common.vec_env import (
 
 from agents.agent_envs import LockedEnv, OddEnv, SleepyOddEnv
 from agents.helpers import multi_env
-from lit_sb3 import IndexableMultiEnv, get_injected_agent
+from lit_sb3 import FactoryVecEnv, IndexableMultiEnv, get_injected_agent
 
 CNN_KWARGS = {"features_extractor_kwargs": {"features_dim": 16}}
 
@@ -162,3 +162,28 @@ def test_vec_frame_stack_is_reproduced_in_the_workers_episode_by_episode(use_mp:
     expected = np.clip(steps[:, None] + np.array([-2, -1, 0]), 0, None)
     np.testing.assert_array_equal(stored, expected)
     np.testing.assert_array_equal(following, np.clip(steps[:, None] + np.array([-1, 0, 1]), 0, None))
+
+
+@pytest.mark.parametrize(
+    "make_env",
+    [
+        IndexableMultiEnv,
+        FactoryVecEnv,
+        lambda fns: get_injected_agent(SAC)("MlpPolicy", DummyVecEnv(fns)).learn(100),
+    ],
+    ids=["IndexableMultiEnv", "FactoryVecEnv", "DummyVecEnv"],
+)
+def test_environments_with_other_spaces_are_refused_naming_them(make_env: Any) -> None:
+    # Other action bounds: the policy would act on environment 1 with environment 0's, and nothing would fail.
+    fns = [lambda: gym.make("Pendulum-v1"), lambda: gym.wrappers.RescaleAction(gym.make("Pendulum-v1"), -0.5, 0.5)]
+    with pytest.raises(
+        ValueError, match=r"environment 1 has other spaces .*action Box\(-0.5, 0.5, .* than environment"
+    ):
+        make_env(fns)
+
+
+def test_more_workers_than_environments_are_refused_before_any_starts() -> None:
+    agent = get_injected_agent(PPO)("MlpPolicy", multi_env("CartPole-v1", 2), n_steps=32, use_mp=True, n_workers=3)
+    with pytest.raises(ValueError, match="n_workers=3 is more than the 2 environments to collect from"):
+        agent.learn(64)
+    assert agent._collector is None

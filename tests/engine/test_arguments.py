@@ -69,6 +69,12 @@ def test_a_bad_env_group_names_the_argument() -> None:
         EnvGroup(env_fns, backend="cluster")
     with pytest.raises(ValueError, match="n_workers"):
         EnvGroup(env_fns, n_workers=0)
+    with pytest.raises(ValueError, match="n_workers=3 is more than the 2 environments to collect from"):
+        EnvGroup(env_fns * 2, n_workers=3)
+    with pytest.raises(ValueError, match=r"environment 1 has other spaces .* than environment 0"):
+        EnvGroup([*env_fns, partial(gym.make, "Acrobot-v1")])
+    with pytest.raises(TypeError, match=r"env_fns\[0\]\(\) returned int, not a gymnasium Env"):
+        EnvGroup([lambda: 3])
     with pytest.raises(ValueError, match="max_restarts"):
         EnvGroup(env_fns, max_restarts=-1)
     with pytest.raises(TypeError, match="env_fns"):
