@@ -260,6 +260,9 @@ class _AsyncAgent:
         starts new threads; worker processes, which step copies, are kept until :meth:`shutdown`, or until a failure
         of the collection is raised here).
         """
+        total_timesteps = args[0] if args else kwargs.get("total_timesteps")
+        if check_finite_number("total_timesteps", total_timesteps) < 0:  # Stable-Baselines3 would do nothing
+            raise ValueError(f"total_timesteps must be a non-negative number, got {total_timesteps}")
         if self.reproducible:  # again: set_env and load may have changed what it needs
             self._check_reproducible()
         try:
@@ -582,8 +585,10 @@ def get_injected_agent(algorithm_class: type[Algorithm]) -> type[Algorithm]:
 
     :param algorithm_class: An on-policy (PPO, A2C, TRPO...) or off-policy (SAC, TD3, DDPG, DQN, TQC, QR-DQN...)
         algorithm class.
-    :return: The injected subclass.
+    :return: The injected subclass (the class itself if it is one already).
     """
+    if isinstance(algorithm_class, type) and issubclass(algorithm_class, _AsyncAgent):
+        return algorithm_class
     check_supported(algorithm_class)
     injection: type = _AsyncOnPolicy if issubclass(algorithm_class, OnPolicyAlgorithm) else _AsyncOffPolicy
     # The algorithm's own name: Stable-Baselines3's messages and logs name the class (``self.__class__.__name__``).

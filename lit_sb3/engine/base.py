@@ -107,6 +107,13 @@ class BaseEngine(ABC):
         else:
             self.logger = configure(str(config.log_folder), list(config.log_formats))
         algorithm.set_logger(self.logger)
+        if config.checkpoint_folder is not None:  # created now, as the log folder: a bad path fails before the run
+            try:
+                Path(config.checkpoint_folder).mkdir(parents=True, exist_ok=True)
+            except OSError as error:
+                raise ValueError(
+                    f"checkpoint_folder {str(config.checkpoint_folder)!r} cannot be created: {error}"
+                ) from None
         self.replay_ratio = (
             None if policy_group.on_policy else config.replay_ratio or policy_group.default_replay_ratio()
         )

@@ -79,7 +79,7 @@ class EngineConfig:
             if folder is not None and not isinstance(folder, str | os.PathLike):
                 raise TypeError(f"{name} must be a path (str or os.PathLike) or None, got {folder!r}")
         if not isinstance(self.verbose, int):
-            raise TypeError(f"verbose must be a bool, got {self.verbose!r}")
+            raise TypeError(f"verbose must be a bool (or an int, as Stable-Baselines3's), got {self.verbose!r}")
         if self.checkpoint_interval is not None and self.checkpoint_folder is None:
             raise ValueError("checkpoint_interval needs a checkpoint_folder")
         if self.seed is not None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from functools import partial
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -113,6 +115,26 @@ def test_recurrent_and_maskable_ppo_are_refused_clearly() -> None:
         get_injected_agent(sb3_contrib.MaskablePPO)
     with pytest.raises(TypeError, match="needs a Stable-Baselines3 algorithm class"):
         get_injected_agent(dict)  # type: ignore[type-var]
+    injected = get_injected_agent(PPO)
+    assert get_injected_agent(injected) is injected  # injected once only
+
+
+@pytest.mark.parametrize(
+    ("total_timesteps", "error", "message"),
+    [
+        (-100, ValueError, "total_timesteps must be a non-negative number, got -100"),
+        (float("nan"), ValueError, "total_timesteps must be a finite number, got nan"),
+        ("300", TypeError, "total_timesteps must be a number, got <class 'str'>"),
+        (None, TypeError, "total_timesteps must be a number, got <class 'NoneType'>"),
+    ],
+)
+def test_a_bad_budget_is_refused_before_learn_starts_the_workers(
+    total_timesteps: Any, error: type, message: str
+) -> None:
+    model = get_injected_agent(PPO)("MlpPolicy", multi_env("CartPole-v1", 1), n_steps=32, use_mp=True)
+    with pytest.raises(error, match=re.escape(message)):
+        model.learn(total_timesteps)
+    assert model._collector is None
 
 
 def test_bad_arguments_are_refused_before_any_work() -> None:

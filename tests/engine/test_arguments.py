@@ -59,7 +59,7 @@ def test_a_config_value_of_the_wrong_type_names_the_argument() -> None:
         EngineConfig(train_epochs=2, checkpoint_folder=True)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="log_folder must be a path"):
         EngineConfig(train_epochs=2, log_folder=3)  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="verbose must be a bool, got '2'"):
+    with pytest.raises(TypeError, match=r"verbose must be a bool \(or an int, as Stable-Baselines3's\), got '2'"):
         EngineConfig(train_epochs=2, verbose="2")  # type: ignore[arg-type]
 
 
@@ -119,3 +119,11 @@ def test_a_missing_checkpoint_names_the_folder(tmp_path: Any) -> None:
     engine = small_ppo_engine(SyncRLEngine)
     with pytest.raises(FileNotFoundError, match="is not a checkpoint"):
         engine.load_checkpoint(tmp_path)
+
+
+def test_a_checkpoint_folder_that_cannot_be_made_is_refused_before_the_run(tmp_path: Any) -> None:
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ValueError, match=r"checkpoint_folder '.*file/checkpoints' cannot be created"):
+        small_ppo_engine(AsyncRLEngine, checkpoint_interval=1, checkpoint_folder=tmp_path / "file" / "checkpoints")
+    small_ppo_engine(AsyncRLEngine, checkpoint_interval=1, checkpoint_folder=tmp_path / "new" / "checkpoints")
+    assert (tmp_path / "new" / "checkpoints").is_dir()
