@@ -22,10 +22,10 @@ class ScalarEnv(gym.Env):
     One-dimensional toy task: the observation drifts with the action, the reward is the negative distance to 0.
 
     Episodes last ``length`` steps; with ``random_length`` the length is drawn from the reset seed (1 to
-    ``length``). Options: ``{"start": x}`` sets the first observation. Hooks make it fail on purpose: when the
-    action exceeds ``trigger`` in magnitude, it does ``on_trigger`` ("raise", "sleep", "exit", "sigkill", "segfault",
-    "interrupt"; the last three only while ``marker`` does not exist, and they create it first, so a replacement
-    worker survives).
+    ``length``); each step takes ``step_seconds`` at least. Options: ``{"start": x}`` sets the first observation.
+    Hooks make it fail on purpose: when the action exceeds ``trigger`` in magnitude, it does ``on_trigger``
+    ("raise", "sleep", "exit", "sigkill", "segfault", "interrupt"; the last three only while ``marker`` does not
+    exist, and they create it first, so a replacement worker survives).
     """
 
     def __init__(
@@ -37,8 +37,10 @@ class ScalarEnv(gym.Env):
         marker: str | None = None,
         log_dir: str | None = None,
         fail_reset: bool = False,
+        step_seconds: float = 0.0,
     ) -> None:
         super().__init__()
+        self.step_seconds = step_seconds
         self.observation_space = spaces.Box(-1e6, 1e6, shape=(2,), dtype=np.float32)
         self.action_space = spaces.Box(-1e6, 1e6, shape=(1,), dtype=np.float32)
         self.max_length = length
@@ -65,6 +67,7 @@ class ScalarEnv(gym.Env):
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict]:
         value = float(np.asarray(action).reshape(-1)[0])
+        time.sleep(self.step_seconds)
         if abs(value) > self.trigger:
             self._misbehave()
         self._state = np.array([self._state[0] + 0.1 * np.tanh(value), self._state[1] * 0.9], np.float32)

@@ -347,6 +347,20 @@ def test_close_cancels_a_running_round(scalar_policy: LinearPolicy) -> None:
     assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE for pid in pids)
 
 
+def test_a_worker_thread_stops_stepping_soon_after_close(scalar_policy: LinearPolicy) -> None:
+    """A thread cannot be killed: it ends when its evaluation hands control back, which it does every 0.1 s, not only
+    every 256 steps (12.8 s of this environment's) or at the end of the episode (50 s)."""
+    env_fn = functools.partial(scalar_vec_env, length=1000, step_seconds=0.05)
+    ae = AsyncEval([env_fn], scalar_policy, backend="threads")
+    ae.send_jobs(population(1), 1)
+    time.sleep(0.3)
+    ae.close()
+    deadline = time.monotonic() + 5.0
+    while any(thread.name.startswith("lit-sb3-worker") for thread in threading.enumerate()):
+        assert time.monotonic() < deadline, "the worker thread still steps its environment 5 s after close()"
+        time.sleep(0.05)
+
+
 def test_close_after_an_error(scalar_policy: LinearPolicy) -> None:
     ae = AsyncEval([functools.partial(scalar_vec_env, trigger=100.0)], scalar_policy)
     ae.send_jobs(population(2, bad=(1,)), 2)

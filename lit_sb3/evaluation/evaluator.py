@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,6 +26,8 @@ from lit_sb3.workers.shared_array import OpenedArrays
 
 #: Steps the loop runs before it lets the worker look for new messages (cancel, close).
 STEPS_BETWEEN_POLLS = 256
+#: Seconds after which it lets the worker look anyway (slow environments: a cancel or a close is not kept waiting).
+SECONDS_BETWEEN_POLLS = 0.1
 
 EnvFactory = Callable[[], VecEnv | GymVectorEnv | gym.Env]
 
@@ -208,6 +211,7 @@ class CandidateEvaluator(WorkerApp):
         finished: list[tuple[int, Any]] = []
         slots, policy, normalizer = self.slots, self.policy, self.normalizer
         slot_episode = self._slot_episode
+        deadline = time.perf_counter() + SECONDS_BETWEEN_POLLS
         for _ in range(STEPS_BETWEEN_POLLS):
             if self._queue and None in slot_episode:
                 self._fill()
@@ -228,6 +232,8 @@ class CandidateEvaluator(WorkerApp):
                     self._finish(slot, finished)
                 if finished or not self._queue:
                     break
+            if time.perf_counter() > deadline:
+                break
         return finished
 
     def cancel(self, request_ids: tuple[int, ...] | None = None) -> list[int]:
