@@ -2,7 +2,7 @@
 the assembler of rollouts, built from an algorithm by :class:`CollectionPlan` (used by the injected agents and the
 engines)."""
 
-from lit_sb3.collection.collector import AsyncCollector, check_worker_count
+from lit_sb3.collection.collector import AsyncCollector
 from lit_sb3.collection.episodes import ActingSpec, EpisodePacket, Progress
 from lit_sb3.collection.plan import UNSUPPORTED, CollectionPlan, check_supported
 from lit_sb3.collection.replay import add_transitions, one_column_replay_buffer
@@ -22,7 +22,6 @@ __all__ = [
     "acting_module",
     "add_transitions",
     "check_supported",
-    "check_worker_count",
     "final_info",
     "flat_weights",
     "one_column_replay_buffer",

@@ -10,7 +10,8 @@ from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecNormalize
 
 from lit_sb3.checks import check_non_negative_int, check_positive_int
-from lit_sb3.collection import AsyncCollector, CollectionPlan, Progress, check_worker_count
+from lit_sb3.collection import AsyncCollector, CollectionPlan, Progress
+from lit_sb3.collection.collector import check_worker_count
 from lit_sb3.envs.multi_env import FactoryVecEnv
 from lit_sb3.vec_env.async_eval import AsyncEval
 from lit_sb3.workers.choice import BackendChoice
