@@ -471,9 +471,9 @@ class PopulationAlgorithm(BaseAlgorithm):
             counts = _one_per_candidate("interactions", interactions, pop_size)
             if not (np.all(np.isfinite(counts) & (counts >= 0)) and np.array_equal(counts, np.round(counts))):
                 raise ValueError(f"interactions must be non-negative whole numbers, got {counts.tolist()}")
-            if counts.sum() == 0:  # a round told batches of no env steps would grow for ever
-                raise ValueError("interactions are all zero: a batch's candidates take one env step at least")
             steps = int(counts.sum())
+            if steps == 0:  # a round told batches of no env steps would grow for ever
+                raise ValueError("interactions are all zero: a batch's candidates take one env step at least")
         return self._tell(values, steps, [])
 
     def _tell(
