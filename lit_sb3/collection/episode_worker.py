@@ -31,13 +31,14 @@ from lit_sb3.collection.stepping import EnvStepper, StepOutcome
 from lit_sb3.collection.trainer_idle import TrainerIdle
 from lit_sb3.collection.weights import acting_module, load_flat_weights, read_board
 from lit_sb3.evaluation.monitor_history import bound_monitor_history
-from lit_sb3.workers.app import TaskError, WorkerApp
+from lit_sb3.workers.app import SECONDS_PER_ADVANCE, TaskError, WorkerApp
 from lit_sb3.workers.arrays import ArrayHandle
 from lit_sb3.workers.shared_array import OpenedArrays
 
 #: The action spaces workers act in (those of Stable-Baselines3's algorithms).
 ACTION_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
-#: Steps an ``advance`` runs at most before the worker reads its messages (weights, cancels, credit).
+#: Steps an ``advance`` runs at most before the worker reads its messages (weights, cancels, credit); slow
+#: environments hand control back sooner, after :data:`~lit_sb3.workers.app.SECONDS_PER_ADVANCE`.
 STEPS_PER_ADVANCE = 32
 #: Seconds a thread worker waits for the trainer to end its ``train()`` before it reads its messages again.
 TRAINING_WAIT_SLICE = 0.05
@@ -311,8 +312,9 @@ class EpisodeWorker(WorkerApp):
         idle = self.trainer_idle
         if idle is not None and self._stepper.fast and not idle.wait(TRAINING_WAIT_SLICE):
             return []  # the trainer trains
+        deadline = time.perf_counter() + SECONDS_PER_ADVANCE
         for _ in range(STEPS_PER_ADVANCE):
-            if self._step():
+            if self._step() or time.perf_counter() > deadline:
                 break
         return []  # collection tasks never end by themselves: they are cancelled
 

@@ -20,14 +20,13 @@ from lit_sb3.evaluation.obs_rms import ObsRms, check_same_statistics, copy_obs_r
 from lit_sb3.evaluation.policy_kernels import make_batched_policy
 from lit_sb3.evaluation.seeding import episode_seed
 from lit_sb3.evaluation.slot_envs import SlotEnvError, make_slot_env, peel_monitors
-from lit_sb3.workers.app import TaskError, WorkerApp
+from lit_sb3.workers.app import SECONDS_PER_ADVANCE, TaskError, WorkerApp
 from lit_sb3.workers.arrays import ArrayHandle
 from lit_sb3.workers.shared_array import OpenedArrays
 
-#: Steps the loop runs before it lets the worker look for new messages (cancel, close).
+#: Steps the loop runs before it lets the worker look for new messages (cancel, close); slow environments hand
+#: control back sooner, after :data:`~lit_sb3.workers.app.SECONDS_PER_ADVANCE`.
 STEPS_BETWEEN_POLLS = 256
-#: Seconds after which it lets the worker look anyway (slow environments: a cancel or a close is not kept waiting).
-SECONDS_BETWEEN_POLLS = 0.1
 
 EnvFactory = Callable[[], VecEnv | GymVectorEnv | gym.Env]
 
@@ -211,7 +210,7 @@ class CandidateEvaluator(WorkerApp):
         finished: list[tuple[int, Any]] = []
         slots, policy, normalizer = self.slots, self.policy, self.normalizer
         slot_episode = self._slot_episode
-        deadline = time.perf_counter() + SECONDS_BETWEEN_POLLS
+        deadline = time.perf_counter() + SECONDS_PER_ADVANCE
         for _ in range(STEPS_BETWEEN_POLLS):
             if self._queue and None in slot_episode:
                 self._fill()

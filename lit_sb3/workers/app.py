@@ -12,6 +12,9 @@ import numpy as np
 
 from lit_sb3.workers.arrays import ArrayHandle
 
+#: Seconds an :meth:`WorkerApp.advance` runs at most before it hands control back, so that slow environments keep
+#: neither a cancel, a close nor new weights waiting.
+SECONDS_PER_ADVANCE = 0.1
 #: Columns of a progress board row: the unit running on the slot (-1 when idle), when it started, its request.
 PROGRESS_COLUMNS = 3
 
@@ -86,7 +89,7 @@ class WorkerApp(ABC):
     @abstractmethod
     def advance(self) -> list[tuple[int, Any]]:
         """
-        Run the accepted tasks for a short while.
+        Run the accepted tasks for a short while (:data:`SECONDS_PER_ADVANCE` at most, beyond the step under way).
 
         :return: ``(request_id, result)`` of the tasks that finished.
         :raises TaskError: if a task failed.
