@@ -718,6 +718,8 @@ USER_ERRORS = [
         "max_speed=0.1): Adam.__init__() got an unexpected keyword argument 'max_speed'\n",
     ),
     ([*TRAIN, "--save", "bad.yml/model"], "--save: the outputs cannot go to 'bad.yml': 'bad.yml' is not a folder"),
+    # A folder that cannot be created, whoever runs the tests (root may write to any folder os.access looks at).
+    ([*TRAIN, "--save", "/proc/lit_sb3_runs/model"], "--save: the outputs cannot go to '/proc/lit_sb3_runs': [Errno"),
     ([*TRAIN, "--total-timesteps", "0"], "--total-timesteps must be at least 1"),
     ([*TRAIN, "--policy", "CnnPolicy"], "--policy must be LinearPolicy or MlpPolicy for ARS, got 'CnnPolicy'"),
     (["train", "sac", "CartPole-v1", "--workers", "0"], "SAC cannot train on CartPole-v1: The algorithm only"),

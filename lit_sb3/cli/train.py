@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import os
 import pathlib
 import sys
+import tempfile
 from typing import Any
 
 from stable_baselines3.common.base_class import BaseAlgorithm
@@ -250,13 +252,26 @@ def output_stem(save: str | None, algo: str, env_id: str) -> pathlib.Path:
 
 def check_output_folder(folder: pathlib.Path) -> None:
     """
+    Check that the outputs can be written to ``folder``: create what is missing of it, write a file there, then
+    remove what was created (``os.access`` says yes to root even where nothing can be created).
+
     :param folder: Where the outputs go (created after training where missing).
-    :raises CliError: if the closest existing folder on its path is a file or cannot be written to.
+    :raises CliError: if a file stands on its path or the folder cannot be created or written to.
     """
-    existing = next(path for path in (folder, *folder.parents) if path.exists())
-    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
-        what = "is not a folder" if not existing.is_dir() else "is not writable"
-        raise CliError(f"--save: the outputs cannot go to {str(folder)!r}: {str(existing)!r} {what}")
+    missing = list(itertools.takewhile(lambda path: not path.exists(), (folder, *folder.parents)))
+    existing = folder.parents[len(missing) - 1] if missing else folder
+    if not existing.is_dir():
+        raise CliError(f"--save: the outputs cannot go to {str(folder)!r}: {str(existing)!r} is not a folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as error:
+        raise CliError(f"--save: the outputs cannot go to {str(folder)!r}: {error}") from error
+    finally:
+        for path in missing:
+            if path.exists():
+                path.rmdir()
 
 
 def run_train(args: argparse.Namespace) -> None:
