@@ -158,7 +158,7 @@ def headline_mujoco(result: Result) -> str:
         f"; ES on HalfCheetah {es['reached']} (median {steps_or_inf(es['steps_to_threshold']) / 1e6:.1f}M steps), "
         f"CEM {cem['reached']}"
     )
-    return f"- **MuJoCo**, seeds at the ARS paper's thresholds: {reached}{cpu}{baselines} ({result.date}; in progress)."
+    return f"- **MuJoCo**, seeds at the ARS paper's thresholds: {reached}{cpu}{baselines} ({result.date})."
 
 
 def headline_ray(result: Result) -> str:
