@@ -4,6 +4,7 @@ environment, with a progress bar, a CSV and a plot."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import itertools
 import os
@@ -269,8 +270,8 @@ def check_output_folder(folder: pathlib.Path) -> None:
     except OSError as error:
         raise CliError(f"--save: the outputs cannot go to {str(folder)!r}: {error}") from error
     finally:
-        for path in missing:
-            if path.exists():
+        for path in missing:  # innermost first; a folder another process has put something in meanwhile stays
+            with contextlib.suppress(OSError):
                 path.rmdir()
 
 
