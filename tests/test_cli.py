@@ -10,6 +10,7 @@ import os
 import pathlib
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -34,6 +35,7 @@ from lit_sb3.cli import main
 from lit_sb3.cli.common import POPULATION_N_ENVS
 from lit_sb3.cli.hyperparams import load_hyperparams, read_literal
 from lit_sb3.cli.recording import EpisodeRecorder, TrainingRecorder
+from lit_sb3.cli.train import Training
 
 RL_ZOO_ARS = textwrap.dedent(
     """\
@@ -264,6 +266,42 @@ def test_interrupted_training_is_saved(
     assert "ARS (interrupted)" in out and (tmp_path / "m.png").is_file()
 
 
+def test_save_refuses_a_folder_where_an_output_would_go(
+    capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path
+) -> None:
+    (tmp_path / "m.csv").mkdir()
+    status, _, err = call(capsys, *TRAIN, "--save", str(tmp_path / "m"))
+    assert (
+        status == 1
+        and err == f"lit-sb3 train: error: --save: '{tmp_path / 'm.csv'}' is a folder, where the csv file would go\n"
+    )
+    assert not (tmp_path / "m.zip").exists()
+
+
+@pytest.mark.parametrize("presses", [1, 2], ids=["once-waits-and-saves", "twice-quits-unsaved"])
+def test_ctrl_c_while_the_run_closes_waits_for_the_outputs_and_again_quits(
+    capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, presses: int
+) -> None:
+    close = Training.close
+
+    def close_under_ctrl_c(self: Training) -> None:
+        for _ in range(presses):
+            os.kill(os.getpid(), signal.SIGINT)
+        close(self)
+
+    monkeypatch.setattr(Training, "close", close_under_ctrl_c)
+    status, _, err = call(capsys, *TRAIN, "--save", str(tmp_path / "m"))
+    held = "lit-sb3 train: closing and saving first; Ctrl-C again quits without saving\n"
+    assert status == 130
+    if presses == 1:
+        assert err == held
+        assert ARS.load(tmp_path / "m.zip").num_timesteps >= 100 and read_rounds(tmp_path / "m.csv")
+    else:
+        assert err == held + "lit-sb3 train: interrupted\n"
+        assert not (tmp_path / "m.zip").exists()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
 def test_train_results_do_not_depend_on_the_workers_or_sub_environments(
     capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path
 ) -> None:
@@ -434,6 +472,11 @@ def test_train_ppo_with_async_collection(capsys: pytest.CaptureFixture[str], tmp
     assert status == 0, err
     normalized.training, normalized.norm_reward = False, False
     assert evaluate_printed(out, 2) == evaluated_returns(model.policy, normalized, 2, seed=0)
+    # Statistics of other observations beside the model are named in one line.
+    VecNormalize(make_vec_env("Pendulum-v1")).save(str(statistics))
+    status, _, err = call(capsys, "evaluate", str(stem.with_suffix(".zip")), "CartPole-v1")
+    assert status == 1 and err.count("\n") == 1, err
+    assert f"{statistics} holds the statistics of other observations (spaces must have the same shape" in err
 
 
 def test_train_sac_on_a_worker_thread(
@@ -718,6 +761,16 @@ USER_ERRORS = [
         "max_speed=0.1): Adam.__init__() got an unexpected keyword argument 'max_speed'\n",
     ),
     ([*TRAIN, "--save", "bad.yml/model"], "--save: the outputs cannot go to 'bad.yml': 'bad.yml' is not a folder"),
+    ([*TRAIN, "--save", "."], "--save takes the outputs' path without suffix (PATH of PATH.zip), not a folder: '.'"),
+    (
+        [*TRAIN, "--save", "out/"],
+        "--save takes the outputs' path without suffix (PATH of PATH.zip), not a folder: 'out/'",
+    ),
+    (
+        [*TRAIN, "--tensorboard-log", "bad.yml/tb"],
+        "--tensorboard-log: the outputs cannot go to 'bad.yml/tb': 'bad.yml' is not a folder",
+    ),
+    (["bench", "--results", "bad.yml/results"], "--results: the outputs cannot go to 'bad.yml/results': 'bad.yml' is"),
     # A folder that cannot be created, whoever runs the tests (root may write to any folder os.access looks at).
     ([*TRAIN, "--save", "/proc/lit_sb3_runs/model"], "--save: the outputs cannot go to '/proc/lit_sb3_runs': [Errno"),
     ([*TRAIN, "--total-timesteps", "0"], "--total-timesteps must be at least 1"),

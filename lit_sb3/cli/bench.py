@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import pathlib
 from typing import Any
 
-from lit_sb3.cli.common import CliError, ExampleFormatter, require_module
+from lit_sb3.cli.common import CliError, ExampleFormatter, check_output_folder, require_module
 
 EXAMPLES = """\
 examples:
@@ -45,6 +46,8 @@ def run_bench(args: argparse.Namespace) -> None:
         raise CliError("--rounds must be at least 1")
     require_module("sb3_contrib", "lit-sb3 bench", '"lit_sb3[bench]"')
     require_module("psutil", "lit-sb3 bench", '"lit_sb3[bench]"')
+    if args.results is not None:
+        check_output_folder(pathlib.Path(args.results), "--results")
     from lit_sb3.cli.asynceval_bench import measure
     from lit_sb3.cli.bench_results import LoadSampler, new_result, save_result
 

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import itertools
+import pathlib
 import sys
+import tempfile
 from typing import Any, NoReturn
 
 import gymnasium as gym
@@ -76,6 +80,31 @@ def require_module(module: str, purpose: str, install: str) -> None:
         importlib.import_module(module)
     except ImportError:
         raise CliError(f"{purpose} needs {module}, which is not installed: pip install {install}") from None
+
+
+def check_output_folder(folder: pathlib.Path, option: str) -> None:
+    """
+    Check that outputs can be written to ``folder``: create what is missing of it, write a file there, then remove
+    what was created (``os.access`` says yes to root even where nothing can be created).
+
+    :param folder: Where the outputs go (created when they are written).
+    :param option: The command-line option that names it, for the error.
+    :raises CliError: if a file stands on its path or the folder cannot be created or written to.
+    """
+    missing = list(itertools.takewhile(lambda path: not path.exists(), (folder, *folder.parents)))
+    existing = folder.parents[len(missing) - 1] if missing else folder
+    if not existing.is_dir():
+        raise CliError(f"{option}: the outputs cannot go to {str(folder)!r}: {str(existing)!r} is not a folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as error:
+        raise CliError(f"{option}: the outputs cannot go to {str(folder)!r}: {error}") from error
+    finally:
+        for path in missing:  # innermost first; a folder another process has put something in meanwhile stays
+            with contextlib.suppress(OSError):
+                path.rmdir()
 
 
 def make_env(

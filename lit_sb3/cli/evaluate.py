@@ -211,8 +211,10 @@ def _load_statistics(model_path: pathlib.Path, env: VecEnv) -> VecNormalize:
     assert path is not None
     try:
         normalized = VecNormalize.load(str(path), env)
-    except (pickle.UnpicklingError, EOFError, AttributeError, TypeError) as error:
+    except (pickle.UnpicklingError, EOFError, AttributeError, TypeError, ValueError) as error:
         raise CliError(f"{path} is not a saved VecNormalize ({' '.join(str(error).split())})") from None
+    except AssertionError as error:  # Stable-Baselines3's check of the spaces
+        raise CliError(f"{path} holds the statistics of other observations ({' '.join(str(error).split())})") from None
     normalized.training = False
     normalized.norm_reward = False  # the returns shown are the environment's
     return normalized

@@ -6,11 +6,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
-import itertools
 import os
 import pathlib
+import signal
 import sys
-import tempfile
+from collections.abc import Iterator
 from typing import Any
 
 from stable_baselines3.common.base_class import BaseAlgorithm
@@ -22,6 +22,7 @@ from lit_sb3.cli.common import (
     CliError,
     ExampleFormatter,
     check_env_id,
+    check_output_folder,
     make_env,
     require_module,
     seed_value,
@@ -41,6 +42,8 @@ ALGORITHMS: dict[str, type[PopulationAlgorithm]] = {
     "xnes": XNES,
 }
 POLICIES = ("LinearPolicy", "MlpPolicy")
+#: What ``--save PATH`` writes: the model, its progress, its learning curve, a gradient agent's statistics.
+OUTPUT_SUFFIXES = (".zip", ".csv", ".png", ".vecnormalize.pkl")
 DEFAULT_TIMESTEPS = 100_000
 
 EXAMPLES = """\
@@ -204,7 +207,7 @@ class PopulationTraining(Training):
 
     def __init__(self, model: PopulationAlgorithm, recorder: TrainingRecorder, env_fn: Any, workers: int) -> None:
         n_envs = model.n_envs  # the model's env is env_fn's, as each worker's
-        where = "this process" if workers == 0 else f"{workers} local worker processes"
+        where = "this process" if workers == 0 else f"{workers} local worker process{'es' if workers > 1 else ''}"
         where += f", {n_envs} sub-environment{'s' if n_envs > 1 else ''}" + (" each" if workers > 1 else "")
         super().__init__(model, recorder, type(model).__name__, where)
         self.population_model = model
@@ -246,33 +249,18 @@ class GradientTraining(Training):
 
 
 def output_stem(save: str | None, algo: str, env_id: str) -> pathlib.Path:
-    """:return: The path of the outputs without suffix (``PATH`` of ``PATH.zip``, ``PATH.csv``, ``PATH.png``)."""
+    """
+    :return: The path of the outputs without suffix (``PATH`` of ``PATH.zip``, ``PATH.csv``, ``PATH.png``).
+    :raises CliError: if ``save`` names a folder rather than a file's path, or an output would land on a folder.
+    """
+    if save is not None and (save.endswith(("/", os.sep)) or pathlib.Path(save).name in ("", ".", "..")):
+        raise CliError(f"--save takes the outputs' path without suffix (PATH of PATH.zip), not a folder: {save!r}")
     path = pathlib.Path(save) if save is not None else pathlib.Path("runs") / f"{algo}_{env_id.replace('/', '_')}"
-    return path.with_suffix("") if path.suffix == ".zip" else path
-
-
-def check_output_folder(folder: pathlib.Path) -> None:
-    """
-    Check that the outputs can be written to ``folder``: create what is missing of it, write a file there, then
-    remove what was created (``os.access`` says yes to root even where nothing can be created).
-
-    :param folder: Where the outputs go (created after training where missing).
-    :raises CliError: if a file stands on its path or the folder cannot be created or written to.
-    """
-    missing = list(itertools.takewhile(lambda path: not path.exists(), (folder, *folder.parents)))
-    existing = folder.parents[len(missing) - 1] if missing else folder
-    if not existing.is_dir():
-        raise CliError(f"--save: the outputs cannot go to {str(folder)!r}: {str(existing)!r} is not a folder")
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=folder):
-            pass
-    except OSError as error:
-        raise CliError(f"--save: the outputs cannot go to {str(folder)!r}: {error}") from error
-    finally:
-        for path in missing:  # innermost first; a folder another process has put something in meanwhile stays
-            with contextlib.suppress(OSError):
-                path.rmdir()
+    stem = path.with_suffix("") if path.suffix == ".zip" else path
+    for suffix in OUTPUT_SUFFIXES:
+        if (output := stem.with_name(stem.name + suffix)).is_dir():
+            raise CliError(f"--save: {str(output)!r} is a folder, where the {suffix[1:]} file would go")
+    return stem
 
 
 def run_train(args: argparse.Namespace) -> None:
@@ -298,7 +286,9 @@ def run_train(args: argparse.Namespace) -> None:
         require_module("tensorboard", "--tensorboard-log", "tensorboard")
     source = hyperparams_file(args, algo_name)
     stem = output_stem(args.save, algo_name, args.env_id)
-    check_output_folder(stem.parent)
+    check_output_folder(stem.parent, "--save")
+    if args.tensorboard_log is not None:
+        check_output_folder(pathlib.Path(args.tensorboard_log), "--tensorboard-log")
     if algo_name in GRADIENT_ALGORITHMS:
         training, total_timesteps = _gradient_training(args, algo_name, source)
     else:
@@ -311,9 +301,43 @@ def run_train(args: argparse.Namespace) -> None:
         interrupted = True
         training.recorder.close()
         print(f"lit-sb3 train: interrupted after {training.model.num_timesteps} env steps; saving", file=sys.stderr)
-    finally:
+    except BaseException:
+        with held_interrupts():
+            training.close()
+        raise
+    with held_interrupts() as presses:
         training.close()
+        outputs = _write_outputs(training, stem, args)
+    _print_summary(training, args, source, outputs, interrupted)
+    if interrupted or presses:
+        raise SystemExit(130)
 
+
+@contextlib.contextmanager
+def held_interrupts() -> Iterator[list[int]]:
+    """
+    Hold Ctrl-C while the workers close and the outputs are written: the first press waits for them, a second one
+    quits without them.
+
+    :return: The presses held.
+    """
+    presses: list[int] = []
+
+    def hold(signum: int, _frame: Any) -> None:
+        presses.append(signum)
+        if len(presses) > 1:
+            raise KeyboardInterrupt
+        print("lit-sb3 train: closing and saving first; Ctrl-C again quits without saving", file=sys.stderr)
+
+    previous = signal.signal(signal.SIGINT, hold)
+    try:
+        yield presses
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _write_outputs(training: Training, stem: pathlib.Path, args: argparse.Namespace) -> list[tuple[str, pathlib.Path]]:
+    """:return: What was written (the model, the CSV, the learning curve...), as the summary lists it."""
     outputs = training.save(stem)
     recorder = training.recorder
     csv_path, png_path = (stem.with_name(stem.name + suffix) for suffix in (".csv", ".png"))
@@ -327,9 +351,7 @@ def run_train(args: argparse.Namespace) -> None:
         if recorder.records:
             recorder.plot(png_path, f"{training.label} on {args.env_id}, seed {args.seed}")
             outputs.append(("learning curve", png_path))
-    _print_summary(training, args, source, outputs, interrupted)
-    if interrupted:
-        raise SystemExit(130)
+    return outputs
 
 
 def _population_training(args: argparse.Namespace, algo_name: str, source: pathlib.Path | None) -> tuple[Training, int]:
