@@ -12,12 +12,14 @@ import pytest
 TESTS_DIR = pathlib.Path(__file__).resolve().parents[1]
 #: Custom resource of the worker nodes, one per node: a worker asking for it gets a node of its own.
 WORKER_SLOT = "lit_sb3_worker_slot"
-#: Node deaths are noticed within about a second (Ray's default health checks take tens of seconds).
+#: A removed node's death is noticed within about 5 s (its raylet refuses each check at once; Ray's defaults take
+#: tens of seconds), and a raylet starved on a loaded machine is not declared dead before it has missed checks for
+#: 15 s (with checks of 200 ms, three in a row, the head node was declared dead under load and its driver killed).
 FAST_HEALTH_CHECKS = {
     "health_check_initial_delay_ms": 0,
-    "health_check_period_ms": 200,
-    "health_check_timeout_ms": 200,
-    "health_check_failure_threshold": 3,
+    "health_check_period_ms": 1000,
+    "health_check_timeout_ms": 3000,
+    "health_check_failure_threshold": 5,
 }
 
 
