@@ -728,6 +728,10 @@ BAD_FILES = {
     "not_a_model.zip": "plain text",
     "typed.yml": "n_delta: '4'\n",
     "es_kwargs.yml": 'optimizer_kwargs: "dict(max_speed=0.1)"\n',
+    "clip.yml": 'normalize: "dict(clip_obs=-1.0)"\n',
+    "epsilon.yml": "normalize: {epsilon: .nan}\n",
+    "norm_obs.yml": "normalize: {norm_obs: 'yes'}\n",
+    "kwargs_alone.yml": 'normalize_kwargs: "dict(clip_obs=1.0)"\n',
 }
 
 TRAIN = ["train", "ars", "CartPole-v1", "--workers", "0", "--total-timesteps", "100"]
@@ -750,6 +754,10 @@ USER_ERRORS = [
     ([*TRAIN, "--hyperparams", "code.yml"], "policy_kwargs: cannot read"),
     ([*TRAIN, "--hyperparams", "list.yml"], "list.yml must hold a mapping"),
     ([*TRAIN, "--workers", "-1"], "--workers must be 0 (this process) or more"),
+    ([*TRAIN, "--hyperparams", "clip.yml"], "clip.yml: normalize: clip_obs must be a positive number, got -1.0"),
+    ([*TRAIN, "--hyperparams", "epsilon.yml"], "epsilon.yml: normalize: epsilon must be a positive number, got nan"),
+    ([*TRAIN, "--hyperparams", "norm_obs.yml"], "norm_obs.yml: normalize: norm_obs must be true or false, got 'yes'"),
+    ([*TRAIN, "--hyperparams", "kwargs_alone.yml"], "normalize_kwargs is given but normalize is not: add normalize"),
     # A value of the wrong type is named alone (the known hyper-parameters are listed for an unknown one).
     (
         [*TRAIN, "--hyperparams", "typed.yml"],

@@ -194,12 +194,15 @@ def _parse_entry(
             raise CliError(f"{source}: {key} must be a mapping, got {value!r}")
         else:
             hyperparams.algo_kwargs[key] = value
-    for name in [*(normalize if isinstance(normalize, dict) else {}), *normalize_kwargs]:
+    if normalize_kwargs and normalize in (False, None):
+        raise CliError(f"{source}: normalize_kwargs is given but normalize is not: add normalize: true")
+    for name, value in {**(normalize if isinstance(normalize, dict) else {}), **normalize_kwargs}.items():
         if name not in VEC_NORMALIZE_ARGUMENTS:
             raise CliError(
                 f"{source}: normalize: {name!r} is not an argument of VecNormalize "
                 f"(known: {', '.join(VEC_NORMALIZE_ARGUMENTS)})"
             )
+        _check_normalize_value(name, value, source)
     if isinstance(normalize, dict):
         hyperparams.normalize_kwargs = {"norm_reward": reward_normalization, **normalize, **normalize_kwargs}
     elif normalize is True:
@@ -213,6 +216,18 @@ def _parse_entry(
     if noise:
         hyperparams.action_noise = _read_noise(noise, source)
     return hyperparams
+
+
+def _check_normalize_value(name: str, value: Any, source: pathlib.Path) -> None:
+    """:raises CliError: if ``value`` is not one ``VecNormalize`` can use for its argument ``name``."""
+    if name in {"training", "norm_obs", "norm_reward"}:
+        if not isinstance(value, bool):
+            raise CliError(f"{source}: normalize: {name} must be true or false, got {value!r}")
+    elif name in {"clip_obs", "clip_reward", "epsilon"}:
+        if not _is_real(value) or not value > 0 or (name == "epsilon" and not math.isfinite(value)):
+            raise CliError(f"{source}: normalize: {name} must be a positive number, got {value!r}")
+    elif name == "gamma" and (not _is_real(value) or not 0 <= value <= 1):
+        raise CliError(f"{source}: normalize: gamma must be a number in [0, 1], got {value!r}")
 
 
 def _is_real(value: Any) -> TypeGuard[int | float]:
