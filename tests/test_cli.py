@@ -732,6 +732,7 @@ BAD_FILES = {
     "epsilon.yml": "normalize: {epsilon: .nan}\n",
     "norm_obs.yml": "normalize: {norm_obs: 'yes'}\n",
     "kwargs_alone.yml": 'normalize_kwargs: "dict(clip_obs=1.0)"\n',
+    "negative_layer.yml": 'policy: MlpPolicy\npolicy_kwargs: "dict(net_arch=[-3])"\n',
 }
 
 TRAIN = ["train", "ars", "CartPole-v1", "--workers", "0", "--total-timesteps", "100"]
@@ -758,6 +759,11 @@ USER_ERRORS = [
     ([*TRAIN, "--hyperparams", "epsilon.yml"], "epsilon.yml: normalize: epsilon must be a positive number, got nan"),
     ([*TRAIN, "--hyperparams", "norm_obs.yml"], "norm_obs.yml: normalize: norm_obs must be true or false, got 'yes'"),
     ([*TRAIN, "--hyperparams", "kwargs_alone.yml"], "normalize_kwargs is given but normalize is not: add normalize"),
+    ([*TRAIN, "--hyperparams", "negative_layer.yml"], "bad hyper-parameters for ARS: Trying to create tensor with"),
+    (
+        ["train", "ppo", "CartPole-v1", "--policy", "LinearPolicy"],
+        "--policy must be MlpPolicy or CnnPolicy or MultiInputPolicy for PPO, got 'LinearPolicy'",
+    ),
     # A value of the wrong type is named alone (the known hyper-parameters are listed for an unknown one).
     (
         [*TRAIN, "--hyperparams", "typed.yml"],
@@ -797,6 +803,7 @@ USER_ERRORS = [
         "noise_type must be one of normal, ornstein-uhlenbeck, got 'pink'",
     ),
     (["evaluate", "missing.zip", "CartPole-v1"], "model file 'missing.zip' does not exist"),
+    (["evaluate", ".", "CartPole-v1"], "model file '.' is a folder"),
     (["evaluate", "not_a_model.zip", "CartPole-v1"], "not_a_model.zip is not a saved model"),
     (["evaluate", "not_a_model.zip"], "give the saved model and the environment"),
     (["evaluate", "not_a_model.zip", "NoSuchEnv-v0"], "unknown environment id 'NoSuchEnv-v0'"),

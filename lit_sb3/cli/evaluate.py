@@ -170,7 +170,7 @@ def load_policy(path: str) -> tuple[pathlib.Path, BasePolicy, RunningMeanStd | N
     if not source.is_file() and source.suffix != ".zip" and pathlib.Path(f"{path}.zip").is_file():
         source = pathlib.Path(f"{path}.zip")  # appended, as Stable-Baselines3's load does (runs/ppo.v2.zip)
     if not source.is_file():
-        raise CliError(f"model file {path!r} does not exist")
+        raise CliError(f"model file {path!r} {'is a folder' if source.is_dir() else 'does not exist'}")
     try:
         data, params, _ = load_from_zip_file(source, device="cpu")
     except (zipfile.BadZipFile, ValueError, KeyError) as error:

@@ -379,6 +379,10 @@ def _gradient_training(args: argparse.Namespace, algo_name: str, source: pathlib
     if args.n_eval_episodes is not None:
         raise CliError(f"--n-eval-episodes is for the population methods ({', '.join(sorted(ALGORITHMS))})")
     algo_class = injected_class(algo_name)
+    if args.policy is not None and args.policy not in algo_class.policy_aliases:
+        raise CliError(
+            f"--policy must be {' or '.join(algo_class.policy_aliases)} for {algo_class.__name__}, got {args.policy!r}"
+        )
     hyperparams = (
         load_hyperparams(source, args.env_id, algo_class, reward_normalization=True) if source else Hyperparams()
     )
@@ -421,7 +425,7 @@ def _build_model(
         unknown = f"{algo_class.__name__}.__init__() got an unexpected keyword argument" in str(error)
         known = f" (known: {', '.join(algorithm_arguments(algo_class))})" if unknown else ""
         raise CliError(f"bad hyper-parameters for {algo_class.__name__}: {error}{known}") from None
-    except ValueError as error:
+    except (ValueError, RuntimeError) as error:  # RuntimeError: torch's, e.g. a layer of negative size
         env.close()
         raise CliError(f"bad hyper-parameters for {algo_class.__name__}: {error}") from None
     except AssertionError as error:
