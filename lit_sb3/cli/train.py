@@ -299,13 +299,14 @@ def run_train(args: argparse.Namespace) -> None:
         training.learn(total_timesteps)
     except KeyboardInterrupt:
         interrupted = True
-        training.recorder.close()
-        print(f"lit-sb3 train: interrupted after {training.model.num_timesteps} env steps; saving", file=sys.stderr)
     except BaseException:
         with held_interrupts():
             training.close()
         raise
     with held_interrupts() as presses:
+        if interrupted:
+            training.recorder.close()
+            print(f"lit-sb3 train: interrupted after {training.model.num_timesteps} env steps; saving", file=sys.stderr)
         training.close()
         outputs = _write_outputs(training, stem, args)
     _print_summary(training, args, source, outputs, interrupted)
