@@ -290,7 +290,13 @@ def test_ctrl_c_while_the_run_closes_waits_for_the_outputs_and_again_quits(
         close(self)
 
     monkeypatch.setattr(Training, "close", close_under_ctrl_c)
-    status, _, err = call(capsys, *TRAIN, "--save", str(tmp_path / "m"))
+    # Python's own handler, as in a terminal (a shell's background jobs, as CI's, ignore SIGINT, and so does the run).
+    outside = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        status, _, err = call(capsys, *TRAIN, "--save", str(tmp_path / "m"))
+        handler_after = signal.getsignal(signal.SIGINT)
+    finally:
+        signal.signal(signal.SIGINT, outside)
     held = "lit-sb3 train: closing and saving first; Ctrl-C again quits without saving\n"
     assert status == 130
     if presses == 1:
@@ -299,7 +305,7 @@ def test_ctrl_c_while_the_run_closes_waits_for_the_outputs_and_again_quits(
     else:
         assert err == held + "lit-sb3 train: interrupted\n"
         assert not (tmp_path / "m.zip").exists()
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert handler_after is signal.default_int_handler
 
 
 def test_train_results_do_not_depend_on_the_workers_or_sub_environments(

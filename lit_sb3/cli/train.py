@@ -330,7 +330,11 @@ def held_interrupts() -> Iterator[list[int]]:
             raise KeyboardInterrupt
         print("lit-sb3 train: closing and saving first; Ctrl-C again quits without saving", file=sys.stderr)
 
-    previous = signal.signal(signal.SIGINT, hold)
+    previous = signal.getsignal(signal.SIGINT)
+    if previous == signal.SIG_IGN:  # a run in the background of a shell, or under nohup: Ctrl-C stays ignored
+        yield presses
+        return
+    signal.signal(signal.SIGINT, hold)
     try:
         yield presses
     finally:
