@@ -190,7 +190,7 @@ class Training:
         :param stem: The outputs' path without suffix.
         :return: What was written, as the summary lists it.
         """
-        model_path = stem.with_name(stem.name + ".zip")
+        model_path = output_path(stem, ".zip")
         self.model.save(model_path)
         return [("model", model_path)]
 
@@ -242,10 +242,15 @@ class GradientTraining(Training):
         """
         outputs = super().save(stem)
         if isinstance(self.model.env, VecNormalize):
-            statistics_path = stem.with_name(stem.name + ".vecnormalize.pkl")
+            statistics_path = output_path(stem, ".vecnormalize.pkl")
             self.model.env.save(str(statistics_path))
             outputs.append(("normalisation statistics", statistics_path))
         return outputs
+
+
+def output_path(stem: pathlib.Path, suffix: str) -> pathlib.Path:
+    """:return: ``stem`` with ``suffix`` added (``runs/ppo.v2`` and ``.zip``: ``runs/ppo.v2.zip``, not ``ppo.zip``)."""
+    return stem.with_name(stem.name + suffix)
 
 
 def output_stem(save: str | None, algo: str, env_id: str) -> pathlib.Path:
@@ -258,7 +263,7 @@ def output_stem(save: str | None, algo: str, env_id: str) -> pathlib.Path:
     path = pathlib.Path(save) if save is not None else pathlib.Path("runs") / f"{algo}_{env_id.replace('/', '_')}"
     stem = path.with_suffix("") if path.suffix == ".zip" else path
     for suffix in OUTPUT_SUFFIXES:
-        if (output := stem.with_name(stem.name + suffix)).is_dir():
+        if (output := output_path(stem, suffix)).is_dir():
             raise CliError(f"--save: {str(output)!r} is a folder, where the {suffix[1:]} file would go")
     return stem
 
@@ -345,7 +350,7 @@ def _write_outputs(training: Training, stem: pathlib.Path, args: argparse.Namesp
     """:return: What was written (the model, the CSV, the learning curve...), as the summary lists it."""
     outputs = training.save(stem)
     recorder = training.recorder
-    csv_path, png_path = (stem.with_name(stem.name + suffix) for suffix in (".csv", ".png"))
+    csv_path, png_path = output_path(stem, ".csv"), output_path(stem, ".png")
     recorder.write_csv(csv_path)
     outputs.append((f"{recorder.unit} (CSV)", csv_path))
     try:
